@@ -1,0 +1,117 @@
+"""Commands about the dossier itself: validate, schema, render."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+dossier_argument = click.argument("dossier", type=click.Path(path_type=Path))
+variant_option = click.option(
+    "--variant", metavar="NAME", default=None, help="Use a variant declared in the dossier (e.g. cpu)."
+)
+
+
+@click.command()
+@dossier_argument
+@variant_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
+    """Check a dossier: schema, referenced files, lock, and coherence with the vendor tables."""
+    from orchestrator.console import make_console
+    from orchestrator.dossier.load import load_dossier
+
+    loaded = load_dossier(dossier, variant=variant)
+    model = loaded.model
+    torch = loaded.lock.get("torch")
+    summary = {
+        "dossier": str(dossier),
+        "name": model.name,
+        "identity": loaded.identity,
+        "variant": loaded.variant,
+        "platform": model.system.platform,
+        "backend_version": model.system.version,
+        "base_image": loaded.base_image.from_line,
+        "python": model.python.version,
+        "install": model.python.install,
+        "torch": str(torch.version) if torch else None,
+        "locked_packages": len(loaded.lock.requirements),
+        "files": len(loaded.files),
+        "variants": [v.name for v in loaded.reference_model.variants],
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    console = make_console()
+    console.print(f"[green]✓[/] {dossier} is valid")
+    for key in ("name", "identity", "platform", "backend_version", "base_image", "python", "install", "torch"):
+        if summary[key] is not None:
+            console.print(f"  {key:<16} {summary[key]}")
+    console.print(f"  {'locked':<16} {summary['locked_packages']} packages; {summary['files']} referenced files")
+    if summary["variants"]:
+        console.print(f"  {'variants':<16} {', '.join(summary['variants'])}")
+
+
+@click.command()
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write to this file instead of stdout.")
+def schema(out: Path | None) -> None:
+    """Print the dossier's JSON Schema (for editors and CI linters)."""
+    from orchestrator.dossier.schema import dossier_json_schema
+    from orchestrator.fsutil import atomic_write_text
+
+    text = json.dumps(dossier_json_schema(), indent=2, sort_keys=True) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(out, text)
+
+
+@click.command()
+@dossier_argument
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder for the Dockerfile and the build context (created; replaced only if an earlier render).",
+)
+@variant_option
+@click.option(
+    "--dockerfile-only",
+    is_flag=True,
+    help="Print the Dockerfile to stdout and write nothing (no wheel download).",
+)
+@click.option(
+    "--ca-bundle",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="ORCH_CA_BUNDLE",
+    default=None,
+    help="CA bundle pip trusts during an online install (intercepting proxies). Never kept in the image.",
+)
+def render(dossier: Path, out: Path | None, variant: str | None, dockerfile_only: bool, ca_bundle: Path | None) -> None:
+    """Render the Dockerfile and write the build context to --out."""
+    from orchestrator.console import make_console
+    from orchestrator.dossier.load import load_dossier
+    from orchestrator.errors import BadInput
+    from orchestrator.plan import make_plan
+
+    if out is None and not dockerfile_only:
+        raise BadInput("orch render needs --out DIR (or --dockerfile-only to print the Dockerfile)")
+    loaded = load_dossier(dossier, variant=variant)
+    plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
+    if dockerfile_only:
+        from orchestrator.render import render_dockerfile
+
+        click.echo(render_dockerfile(plan), nl=False)
+        return
+    from orchestrator.context import write_context
+
+    assert out is not None
+    console = make_console()
+    with console.status(f"rendering {loaded.model.name} into {out}"):
+        rendered = write_context(loaded, plan, out, ca_bundle=ca_bundle)
+    console.print(f"[green]✓[/] rendered {loaded.model.name} ({plan.platform}) into {rendered.directory}")
+    console.print(f"  Dockerfile, requirements.lock, app/{', wheels/' if rendered.wheels else ''}")
+    if rendered.wheels:
+        console.print(f"  {len(rendered.wheels)} wheels, hashes verified")
+    console.print(f"  build it: docker build {rendered.directory}")

@@ -1,0 +1,51 @@
+"""The `orch` command line: a thin Click layer over the library.
+
+Imports stay lazy (inside each command) so `orch --help` starts fast; `benchmarks/cli_startup.py`
+measures it. Only `main()` turns an `OrchError` into a message and an exit code: 0 success,
+1 verdict failed, 2 bad input or usage, 3 environment failure.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator import __version__
+from orchestrator.cli.base_cmd import base
+from orchestrator.cli.dossier_cmds import render, schema, validate
+
+EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
+
+
+@click.group(epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="orch")
+def cli() -> None:
+    """Rebuild GPU machine-learning environments in containers and prove they still do what the reference did."""
+
+
+cli.add_command(validate)
+cli.add_command(schema)
+cli.add_command(render)
+cli.add_command(base)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from orchestrator.errors import OrchError
+
+    try:
+        cli.main(args=argv, prog_name="orch", standalone_mode=False)
+    except OrchError as exc:
+        from orchestrator.console import print_error
+
+        print_error(exc)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(0)

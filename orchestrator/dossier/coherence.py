@@ -1,0 +1,162 @@
+"""Cross-field rules that need vendor facts: torch ↔ CUDA/ROCm index, Python ↔ torch ↔ base image.
+
+Each rule returns an `Incoherence` (field path + message listing the valid choices) instead of raising,
+so the loader decides how to report it and the rules stay pure and testable on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from orchestrator import vendor
+from orchestrator.dossier.lock import Lock
+from orchestrator.dossier.models import BaseImageSpec, PythonSpec, SystemSpec
+
+
+@dataclass(frozen=True)
+class Incoherence:
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ResolvedBaseImage:
+    """The base image a build will start FROM, with what orch knows about it."""
+
+    ref: str
+    digest: str | None
+    image_id: str | None
+    python_versions: tuple[str, ...]
+    python_source: str  # "apt" | "image"
+    glibc: str | None
+    from_table: bool
+
+    @property
+    def from_line(self) -> str:
+        return f"{self.ref}@{self.digest}" if self.digest else self.ref
+
+
+def _versions(values: tuple[str, ...]) -> str:
+    return ", ".join(values) if values else "none"
+
+
+def resolve_base_image(system: SystemSpec) -> ResolvedBaseImage | Incoherence:
+    spec: BaseImageSpec | None = system.base_image
+    if spec is None:
+        row = vendor.default_base_image(system.platform, system.version)
+        if row is None:
+            known = sorted(
+                f"{image.platform} {image.backend_version}"
+                for image in vendor.base_images()
+                if image.default and image.platform == system.platform
+            )
+            return Incoherence(
+                "system.base_image",
+                f"orch has no default base image for {system.platform} {system.version}; "
+                f"defaults exist for: {', '.join(known) or 'none'}. Set system.base_image.ref.",
+            )
+        return ResolvedBaseImage(
+            ref=row.ref,
+            digest=row.digest,
+            image_id=None,
+            python_versions=row.python_versions,
+            python_source=row.python_source,
+            glibc=row.glibc,
+            from_table=True,
+        )
+    row = vendor.find_base_image(spec.ref)
+    if row is None:
+        if spec.python is None:
+            return Incoherence(
+                "system.base_image.python",
+                f"{spec.ref} is not in orch's base-image table, so orch cannot know its Python; "
+                "state it with system.base_image.python (e.g. '3.11')",
+            )
+        return ResolvedBaseImage(
+            ref=spec.ref,
+            digest=spec.digest,
+            image_id=spec.image_id,
+            python_versions=(spec.python,),
+            python_source="image",
+            glibc=spec.glibc,
+            from_table=False,
+        )
+    if row.platform is not None and row.platform != system.platform:
+        return Incoherence(
+            "system.base_image.ref",
+            f"{spec.ref} is a {row.platform} image but the dossier's platform is {system.platform}",
+        )
+    versions = (spec.python,) if spec.python else row.python_versions
+    return ResolvedBaseImage(
+        ref=row.ref,
+        digest=spec.digest or row.digest,
+        image_id=spec.image_id,
+        python_versions=versions,
+        python_source=row.python_source,
+        glibc=spec.glibc or row.glibc,
+        from_table=True,
+    )
+
+
+def check_python_fits_image(python: PythonSpec, image: ResolvedBaseImage) -> Incoherence | None:
+    if python.version not in image.python_versions:
+        return Incoherence(
+            "python.version",
+            f"Python {python.version} does not fit base image {image.ref}, which provides "
+            f"{_versions(image.python_versions)}",
+        )
+    return None
+
+
+def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoherence | None:
+    """The torch pinned in the lock must exist as a build for the dossier's platform and version."""
+    torch = lock.get("torch")
+    if torch is None:
+        return None
+    field = "python.requirements"
+    release = vendor.torch_release(torch.version)
+    known = sorted(vendor.torch_releases(), key=Version)
+    if release is None:
+        return Incoherence(
+            field, f"torch {torch.version} is not in orch's torch table; known series: {', '.join(known)}"
+        )
+    if Version(python.version) < Version(release.min_python):
+        return Incoherence(
+            "python.version", f"torch {release.series} needs Python ≥ {release.min_python}, got {python.version}"
+        )
+    local = torch.version.local
+    public = torch.version.public
+    expected_tag = vendor.torch_local_tag(system.platform, system.version)
+    if system.platform == "cpu":
+        if local != "cpu":
+            return Incoherence(
+                field,
+                f"torch=={torch.version} (line {torch.line}) is not a CPU build: pin torch=={public}+cpu "
+                f"from {vendor.torch_index_url('cpu')}",
+            )
+        return None
+    offered = release.cuda if system.platform == "cuda" else release.rocm
+    if local is None:
+        if system.platform == "cuda" and release.pypi_cuda == system.version:
+            return None  # PyPI's own wheel is built for exactly this CUDA.
+        pypi = f"PyPI's torch {public} is built for CUDA {release.pypi_cuda}"
+        return Incoherence(
+            field,
+            f"{pypi}, not {system.platform} {system.version}; pin torch=={public}+{expected_tag} "
+            f"(offered for {system.platform}: {_versions(offered)})",
+        )
+    if local != expected_tag:
+        return Incoherence(
+            field,
+            f"torch=={torch.version} is a {local} build but the dossier's platform is "
+            f"{system.platform} {system.version} (expected +{expected_tag})",
+        )
+    if system.version not in offered:
+        return Incoherence(
+            "system.version",
+            f"torch {release.series} has no {system.platform} {system.version} build; "
+            f"{system.platform} versions for torch {release.series}: {_versions(offered)}",
+        )
+    return None

@@ -1,0 +1,414 @@
+"""The dossier schema (version 1): what a reference run *is*, validated by pydantic v2.
+
+Every model forbids unknown keys (a typo is an error, not a silently ignored setting) and is frozen:
+a loaded dossier is a value handed from stage to stage. Paths are kept as written; `load` resolves
+them against the dossier's folder and checks they exist. Cross-field rules that need vendor tables
+(torch ↔ CUDA/ROCm, Python ↔ base image) live in `coherence`, not here, so this module stays a plain
+description of the format that `orch schema` exports.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+Sha256 = Annotated[
+    str,
+    StringConstraints(pattern=r"^[0-9a-f]{64}$"),
+    Field(description="Lower-case hex SHA-256 of the file's bytes (64 characters)."),
+]
+ImageDigest = Annotated[
+    str,
+    StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$"),
+    Field(description="An image digest or id: 'sha256:' followed by 64 lower-case hex characters."),
+]
+EnvName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$"),
+    Field(
+        description="The NAME of an environment variable or secret that holds the credential; never the value."
+    ),
+]
+Identifier = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$"),
+    Field(description="Lower-case name: letters, digits, '.', '_' and '-', at most 63 characters."),
+]
+DebianPackage = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?$")]
+RelativePath = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=4096),
+    Field(description="A path; relative paths resolve against the dossier's folder."),
+]
+Platform = Literal["cpu", "cuda", "rocm"]
+
+# Query parameters that carry credentials in index URLs (pip, Artifactory, Nexus, cloud storage).
+_TOKEN_QUERY_KEYS = re.compile(r"(token|key|secret|password|passwd|auth|signature|sig|credential)", re.I)
+
+
+def _refuse_credentials_in_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise ValueError(
+            "a URL must not carry credentials (user:token@); give the *name* of the environment variable "
+            "that holds them in 'access' instead"
+        )
+    if any(_TOKEN_QUERY_KEYS.search(key) for key, _ in parse_qsl(parts.query)):
+        raise ValueError(
+            "a URL must not carry a token in its query string; give the *name* of the environment variable "
+            "that holds it in 'access' instead"
+        )
+    return url
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CodeSpec(StrictModel):
+    """The application: where its code is, at which revision, how it starts."""
+
+    source: RelativePath = Field(
+        description="A local folder (relative to the dossier) or a git URL (https://, ssh://, git@host:path)."
+    )
+    revision: str | None = Field(
+        default=None,
+        pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$",
+        description="Full git commit id. Required for a git URL; for a local folder inside a git work tree "
+        "it is checked against HEAD at build time.",
+    )
+    entrypoint: RelativePath = Field(description="The program inside the source, e.g. 'embed.py'.")
+    options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Options the reference run used, recorded verbatim."
+    )
+    dirty: Literal["refuse", "record"] = Field(
+        default="refuse",
+        description="A work tree with uncommitted changes: refuse it, or record it as a variant with its diff hash.",
+    )
+
+    @property
+    def is_git_url(self) -> bool:
+        return self.source.startswith(("https://", "http://", "ssh://", "git://", "git@"))
+
+    @model_validator(mode="after")
+    def _git_needs_revision(self) -> CodeSpec:
+        if self.is_git_url:
+            _refuse_credentials_in_url(self.source)
+            if self.revision is None:
+                raise ValueError("a git URL needs 'revision': the full commit id the reference ran")
+        return self
+
+
+class Artifact(StrictModel):
+    """A data set or weights file the sample needs, with its fingerprint and where it came from."""
+
+    name: Identifier
+    path: RelativePath | None = Field(default=None, description="Local file, relative to the dossier.")
+    uri: str | None = Field(default=None, description="Remote location (https://, s3://, gs://, hf://).")
+    sha256: Sha256
+    provenance: str = Field(min_length=1, description="Who made it, from what, when.")
+    access: EnvName | None = Field(
+        default=None, description="Name of the environment variable or secret that grants access."
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> Artifact:
+        if (self.path is None) == (self.uri is None):
+            raise ValueError("give exactly one of 'path' (a local file) or 'uri' (a remote one)")
+        if self.uri is not None:
+            _refuse_credentials_in_url(self.uri)
+        return self
+
+
+class IndexSpec(StrictModel):
+    url: str = Field(pattern=r"^(https?|file)://\S+$", description="A PEP 503 simple index URL.")
+    access: EnvName | None = Field(
+        default=None,
+        description="Name of the environment variable holding 'user:token' for this index. Only usable with "
+        "install: wheelhouse, so the credential stays on the host.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials(cls, url: str) -> str:
+        return _refuse_credentials_in_url(url)
+
+
+class PythonSpec(StrictModel):
+    version: str = Field(pattern=r"^3\.\d{1,2}$", description="Interpreter version, e.g. '3.11'.")
+    requirements: RelativePath = Field(
+        description="Pinned requirements (a lock): every line 'name==version', optionally with --hash."
+    )
+    install: Literal["online", "wheelhouse"] = Field(
+        default="online",
+        description="online: pip in the build reaches the indexes. wheelhouse: the host downloads the pinned, "
+        "hashed wheels and the build installs them with no network.",
+    )
+    indexes: list[IndexSpec] = Field(
+        default_factory=list, description="Extra package indexes, searched after PyPI unless use_pypi is false."
+    )
+    use_pypi: bool = True
+    find_links: list[str] = Field(
+        default_factory=list, description="Folders or URLs of wheels (pip --find-links), host side."
+    )
+    reference_inventory: RelativePath | None = Field(
+        default=None, description="The reference environment's `pip freeze --all`, to diff the rebuild against."
+    )
+
+    @field_validator("find_links")
+    @classmethod
+    def _no_credentials(cls, links: list[str]) -> list[str]:
+        for link in links:
+            _refuse_credentials_in_url(link)
+        return links
+
+    @model_validator(mode="after")
+    def _private_index_needs_wheelhouse(self) -> PythonSpec:
+        local_links = [link for link in self.find_links if not link.startswith(("http://", "https://"))]
+        if local_links and self.install != "wheelhouse":
+            raise ValueError(
+                f"find-links {local_links[0]!r} is a host folder, which a build container cannot see; "
+                "set install: wheelhouse so the host collects the wheels"
+            )
+        private = [index.url for index in self.indexes if index.access is not None]
+        if private and self.install != "wheelhouse":
+            raise ValueError(
+                f"index {private[0]} needs credentials, which would enter the image in online mode; "
+                "set install: wheelhouse so the host downloads the wheels"
+            )
+        return self
+
+
+class BaseImageSpec(StrictModel):
+    ref: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9._/:-]*$", description="Image reference (tag form).")
+    digest: ImageDigest | None = Field(
+        default=None, description="Registry digest; the Dockerfile then pins FROM ref@digest."
+    )
+    image_id: ImageDigest | None = Field(
+        default=None,
+        description="Local image id (for images made with `orch base`, which have no registry digest); "
+        "checked before the build.",
+    )
+    python: str | None = Field(
+        default=None,
+        pattern=r"^3\.\d{1,2}$",
+        description="The Python version the image provides; required for images not in orch's table.",
+    )
+    glibc: str | None = Field(
+        default=None,
+        pattern=r"^2\.\d{1,3}$",
+        description="The image's glibc version (for wheelhouse downloads); needed for images not in orch's table.",
+    )
+
+
+class SystemSpec(StrictModel):
+    platform: Platform
+    version: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description="CUDA or ROCm version, e.g. '12.4' or '6.2'. None for cpu.",
+    )
+    base_image: BaseImageSpec | None = Field(
+        default=None, description="Defaults to orch's table for the platform and version."
+    )
+    os_packages: list[DebianPackage] = Field(default_factory=list, description="Runtime OS packages.")
+    build_packages: list[DebianPackage] = Field(
+        default_factory=list,
+        description="Build tools for compiled extensions: installed in the builder stage only.",
+    )
+
+    @model_validator(mode="after")
+    def _version_matches_platform(self) -> SystemSpec:
+        if self.platform == "cpu" and self.version is not None:
+            raise ValueError("platform cpu takes no 'version'")
+        if self.platform != "cpu" and self.version is None:
+            raise ValueError(f"platform {self.platform} needs 'version' (the {self.platform.upper()} version)")
+        return self
+
+
+class _Comparison(StrictModel):
+    reference: RelativePath = Field(description="The reference output file, relative to the dossier.")
+    sha256: Sha256 | None = None
+    justification: str = Field(
+        min_length=10, description="Why this tolerance fits the use: stated before any comparison runs."
+    )
+
+
+class MaxAbsComparison(_Comparison):
+    metric: Literal["max_abs"]
+    max: float = Field(ge=0)
+
+
+class AllCloseComparison(_Comparison):
+    metric: Literal["allclose"]
+    rtol: float = Field(ge=0)
+    atol: float = Field(ge=0)
+
+
+class CosineComparison(_Comparison):
+    metric: Literal["cosine"]
+    min: float = Field(ge=-1, le=1, description="Smallest row-wise cosine similarity allowed.")
+
+
+class ExactComparison(_Comparison):
+    metric: Literal["exact"]
+
+
+Comparison = Annotated[
+    MaxAbsComparison | AllCloseComparison | CosineComparison | ExactComparison,
+    Field(discriminator="metric"),
+]
+
+
+
+def _inside_output_folder(path: str) -> str:
+    parts = path.split("/")
+    if path.startswith("/") or ".." in parts or "" in parts:
+        raise ValueError("must be a relative path inside the output folder (no leading '/', no '..')")
+    return path
+
+
+OutputFile = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$", max_length=255),
+    AfterValidator(_inside_output_folder),
+    Field(description="A relative path inside the output folder."),
+]
+
+
+class IdsSpec(StrictModel):
+    file: OutputFile
+    expected: RelativePath = Field(description="The sample's identifiers in order, relative to the dossier.")
+
+
+class OutputSpec(StrictModel):
+    name: Identifier
+    file: OutputFile
+    format: Literal["npy", "json", "jsonl"] = "npy"
+    shape: list[int | None] | None = Field(default=None, description="Expected shape; null for any size.")
+    dtype: Literal["float16", "bfloat16", "float32", "float64", "int32", "int64", "bool", "str"] | None = None
+    finite: bool = True
+    ids: IdsSpec | None = None
+    compare: Comparison | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _positive_dims(cls, shape: list[int | None] | None) -> list[int | None] | None:
+        if shape is not None and any(dim is not None and dim < 0 for dim in shape):
+            raise ValueError("dimensions are non-negative integers, or null for any size")
+        return shape
+
+
+class NearestNeighbourCheck(StrictModel):
+    kind: Literal["nearest_neighbour"]
+    output: Identifier
+    pairs: RelativePath = Field(description="JSON list of [id, id] pairs that must be each other's nearest.")
+    min_agreement: float = Field(default=1.0, ge=0, le=1)
+
+
+class LabelEqualityCheck(StrictModel):
+    kind: Literal["label_equality"]
+    output: Identifier
+    reference: RelativePath
+    min_agreement: float = Field(default=1.0, ge=0, le=1)
+
+
+BusinessCheck = Annotated[NearestNeighbourCheck | LabelEqualityCheck, Field(discriminator="kind")]
+
+
+class InputFile(StrictModel):
+    path: RelativePath
+    sha256: Sha256
+
+
+class ExpectSpec(StrictModel):
+    command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        min_length=1,
+        description="The sample command, run in the image's working directory. Inputs are mounted read-only "
+        "at /orch/input, the output folder at /orch/output.",
+    )
+    inputs: list[InputFile] = Field(default_factory=list)
+    timeout_s: int = Field(default=600, gt=0, le=86_400)
+    outputs: list[OutputSpec] = Field(min_length=1)
+    business: list[BusinessCheck] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names(self) -> ExpectSpec:
+        names = [output.name for output in self.outputs]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"output names must be unique; repeated: {', '.join(duplicates)}")
+        for check in self.business:
+            if check.output not in names:
+                raise ValueError(
+                    f"business check refers to output {check.output!r}; outputs are: {', '.join(names)}"
+                )
+        return self
+
+
+class DeterminismSpec(StrictModel):
+    seed: int = Field(default=0, ge=0, lt=2**32)
+    deterministic_algorithms: bool = True
+    tf32: bool = False
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    cublas_workspace_config: Literal[":4096:8", ":16:8"] | None = ":4096:8"
+
+
+class VariantSpec(StrictModel):
+    """A named, intentional difference from the reference: never a silent acceptance."""
+
+    name: Identifier
+    description: str = Field(min_length=1)
+    system: SystemSpec | None = Field(default=None, description="Replaces the reference's system section.")
+    python: PythonSpec | None = Field(default=None, description="Replaces the reference's python section.")
+    compare: dict[Identifier, Comparison] = Field(
+        default_factory=dict, description="Per output name: the comparison to use for this variant."
+    )
+
+
+class Dossier(StrictModel):
+    """A reference run, recorded so it can be rebuilt and checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, title="orch dossier")
+
+    dossier: Literal[1] = Field(description="Schema version of this file.")
+    name: Identifier
+    description: str = ""
+    code: CodeSpec
+    data: list[Artifact] = Field(default_factory=list)
+    weights: list[Artifact] = Field(default_factory=list)
+    python: PythonSpec
+    system: SystemSpec
+    expect: ExpectSpec
+    determinism: DeterminismSpec = Field(default_factory=DeterminismSpec)
+    variants: list[VariantSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Dossier:
+        for label, names in (
+            ("data and weights", [item.name for item in [*self.data, *self.weights]]),
+            ("variants", [variant.name for variant in self.variants]),
+        ):
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            if repeated:
+                raise ValueError(f"names in {label} must be unique; repeated: {', '.join(repeated)}")
+        outputs = {output.name for output in self.expect.outputs}
+        for variant in self.variants:
+            unknown = sorted(set(variant.compare) - outputs)
+            if unknown:
+                raise ValueError(
+                    f"variant {variant.name!r} overrides the comparison of unknown output(s) {', '.join(unknown)}"
+                )
+        return self
+
+    def variant(self, name: str) -> VariantSpec:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        known = ", ".join(v.name for v in self.variants) or "none declared"
+        raise KeyError(f"variant {name!r} is not declared in this dossier (declared: {known})")

@@ -1,0 +1,106 @@
+"""The engine interface: every side effect on a container engine goes through it.
+
+Only `orchestrator.engine.docker_engine` imports the Docker SDK. Pure stages never see an engine;
+commands receive one from `connect()`, which is also the place where "no engine answers" becomes a
+clear `EngineUnavailable` (exit 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+#: Every container and temporary image orch creates carries this label, so cleanup can find them.
+MANAGED_LABEL = "io.orch.managed"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    endpoint: str
+    server_version: str
+    api_version: str
+    os: str
+    runtimes: tuple[str, ...]
+    cdi_spec_dirs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    repo_digests: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    image_id: str | None  # None when the build failed
+    log: str
+    failed_step: str | None = None
+    first_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    command: Sequence[str]
+    mounts: Sequence[Mount] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    network: bool = False
+    timeout_s: float = 600
+    user: str | None = None
+    working_dir: str | None = None
+    mem_limit: str = "4g"
+    pids_limit: int = 1024
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    exit_code: int | None  # None when stopped at the timeout
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+
+
+class Engine(Protocol):
+    def info(self) -> EngineInfo: ...
+
+    def image(self, ref: str) -> ImageInfo | None: ...
+
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str: ...
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        network: bool,
+        labels: Mapping[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> BuildOutcome: ...
+
+    def run(self, spec: RunSpec) -> RunOutcome: ...
+
+    def remove_image(self, ref: str) -> None: ...
+
+    def containers(self, label: str) -> list[str]: ...
+
+
+def connect(base_url: str | None = None) -> Engine:
+    """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable."""
+    from orchestrator.engine.docker_engine import DockerEngine
+
+    return DockerEngine.connect(base_url)

@@ -1,0 +1,229 @@
+"""The Docker adapter of the engine interface: the only module that imports the Docker SDK.
+
+Two docker-py traps shape it (docker/docker-py; ../shared/STYLE.md):
+- `images.build()` drains the whole stream before returning, so builds use the low-level streaming
+  `api.build(decode=True)` and report each line as it comes;
+- `containers.run()` raises on a non-zero exit and leaves the container behind when start fails, so runs
+  are create → start → wait → logs → remove, the removal in `finally` (also on timeout and Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from orchestrator.engine import (
+    MANAGED_LABEL,
+    BuildOutcome,
+    EngineInfo,
+    ImageInfo,
+    RunOutcome,
+    RunSpec,
+)
+from orchestrator.errors import EngineUnavailable, EnvironmentFailure
+from orchestrator.redact import redact
+
+_STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
+# Lines that carry the cause of a failed RUN step, as pip, apt and shells print them.
+_ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|Traceback|\S+Error: )")
+
+
+def _env_map(env: Sequence[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in env or ():
+        key, _, value = item.partition("=")
+        out[key] = value
+    return out
+
+
+class DockerEngine:
+    def __init__(self, client: docker.DockerClient, endpoint: str) -> None:
+        self._client = client
+        self._endpoint = endpoint
+
+    @classmethod
+    def connect(cls, base_url: str | None = None) -> DockerEngine:
+        endpoint = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (default)"
+        try:
+            client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+            client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineUnavailable(
+                f"no Docker engine answers at {redact(endpoint)}: {redact(str(exc).splitlines()[0])}",
+                hint="Start one (as root: `make engine`, or `dockerd &`), or point DOCKER_HOST at a running engine.",
+            ) from None
+        return cls(client, endpoint)
+
+    # -- facts -------------------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        info: dict[str, Any] = self._client.info()
+        version: dict[str, Any] = self._client.version()
+        return EngineInfo(
+            endpoint=redact(self._endpoint),
+            server_version=str(version.get("Version", "")),
+            api_version=str(version.get("ApiVersion", "")),
+            os=str(info.get("OperatingSystem", "")),
+            runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
+            cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()),
+        )
+
+    def image(self, ref: str) -> ImageInfo | None:
+        try:
+            image = self._client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"inspecting image {ref} failed: {exc.explanation}") from None
+        config = image.attrs.get("Config") or {}
+        return ImageInfo(
+            id=str(image.id),
+            tags=tuple(image.tags),
+            labels=dict(config.get("Labels") or {}),
+            env=_env_map(config.get("Env")),
+            repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
+            size=int(image.attrs.get("Size") or 0),
+        )
+
+    def containers(self, label: str) -> list[str]:
+        return [str(c.id) for c in self._client.containers.list(all=True, filters={"label": label})]
+
+    # -- images ------------------------------------------------------------------------------------
+
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str:
+        try:
+            self._client.api.import_image_from_file(
+                str(tar_path), repository=repository, tag=tag, changes=list(changes)
+            )
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"docker import of {repository}:{tag} failed: {exc.explanation}") from None
+        imported = self.image(f"{repository}:{tag}")
+        if imported is None:
+            raise EnvironmentFailure(f"docker import reported success but {repository}:{tag} is not there")
+        return imported.id
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self._client.images.remove(ref, force=True)
+        except docker.errors.ImageNotFound:
+            return
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        network: bool,
+        labels: Mapping[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> BuildOutcome:
+        log: list[str] = []
+        image_id: str | None = None
+        step: str | None = None
+        step_errors: list[str] = []
+        error: str | None = None
+        try:
+            stream = self._client.api.build(
+                path=str(context),
+                tag=tag,
+                rm=True,
+                forcerm=True,  # intermediate containers go even when a step fails
+                decode=True,
+                network_mode=None if network else "none",
+                labels=dict(labels or {}),
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    for line in str(chunk["stream"]).splitlines():
+                        line = redact(line)
+                        log.append(line)
+                        if on_line is not None:
+                            on_line(line)
+                        match = _STEP.match(line)
+                        if match:
+                            step, step_errors = match.group("instruction"), []
+                        elif _ERROR_LINE.match(line.strip()):
+                            step_errors.append(line.strip())
+                elif "error" in chunk:
+                    error = redact(str(chunk["error"]).strip())
+                    log.append(f"ERROR: {error}")
+                    if on_line is not None:
+                        on_line(f"ERROR: {error}")
+                elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                    image_id = str(chunk["aux"]["ID"])
+        except docker.errors.APIError as exc:
+            error = redact(str(exc.explanation))
+            log.append(f"ERROR: {error}")
+        if error is not None:
+            return BuildOutcome(
+                image_id=None,
+                log="\n".join(log) + "\n",
+                failed_step=step,
+                first_error=step_errors[0] if step_errors else error,
+            )
+        if image_id is None:
+            built = self.image(tag)
+            image_id = built.id if built else None
+        return BuildOutcome(image_id=image_id, log="\n".join(log) + "\n")
+
+    # -- containers --------------------------------------------------------------------------------
+
+    def run(self, spec: RunSpec) -> RunOutcome:
+        volumes = {
+            str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+            for mount in spec.mounts
+        }
+        started = time.monotonic()
+        container = None
+        try:
+            container = self._client.containers.create(
+                spec.image,
+                command=list(spec.command),
+                environment=dict(spec.environment),
+                volumes=volumes,
+                network_mode="bridge" if spec.network else "none",
+                user=spec.user,
+                working_dir=spec.working_dir,
+                labels={MANAGED_LABEL: "true", **spec.labels},
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=spec.mem_limit,
+                pids_limit=spec.pids_limit,
+                detach=True,
+            )
+            container.start()
+            timed_out = False
+            exit_code: int | None
+            try:
+                result = container.wait(timeout=spec.timeout_s)
+                exit_code = int(result.get("StatusCode", -1))
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                timed_out, exit_code = True, None
+                container.kill()
+            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", errors="replace")
+            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", errors="replace")
+            return RunOutcome(
+                exit_code=exit_code,
+                stdout=stdout,
+                stderr=stderr,
+                timed_out=timed_out,
+                duration_s=time.monotonic() - started,
+            )
+        except docker.errors.ImageNotFound:
+            raise EnvironmentFailure(f"image {spec.image} is not in the engine") from None
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"running a container of {spec.image} failed: {exc.explanation}") from None
+        finally:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except docker.errors.NotFound:
+                    pass

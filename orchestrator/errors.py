@@ -1,0 +1,89 @@
+"""The one error root of orch.
+
+Every failure a user can meet is an `OrchError` subclass with its own exit code. Third-party
+exceptions (pydantic, yaml, jinja2, docker, subprocess) are translated into these once, at the edge
+where they happen; only the CLI entry point prints them and exits, so no user error shows a traceback.
+
+Exit codes are a contract (README, ``orch --help``):
+
+* 0 — success
+* 1 — a verdict failed (a check did not hold, a build step failed)
+* 2 — bad input or usage (dossier, paths, hashes, options)
+* 3 — the environment failed (engine unreachable, base image missing, tool missing, not root)
+"""
+
+from __future__ import annotations
+
+
+class OrchError(Exception):
+    """Root of every error orch reports to a user."""
+
+    exit_code = 1
+    #: A short reference name, shown in brackets, that a user can search the docs for.
+    code = "orch-error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message}\n{self.hint}"
+
+
+class VerdictFailed(OrchError):
+    """A check ran and did not hold (build step failed, a probe's expectation was not met)."""
+
+    exit_code = 1
+    code = "verdict-failed"
+
+
+class BadInput(OrchError):
+    """The user's input is wrong: dossier, file, hash, option. Fixing the input fixes it."""
+
+    exit_code = 2
+    code = "bad-input"
+
+
+class DossierError(BadInput):
+    """A dossier that cannot be loaded or is incoherent. The message names file, field and line."""
+
+    code = "dossier-invalid"
+
+    def __init__(
+        self,
+        file: str,
+        message: str,
+        *,
+        field: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = file
+        if line is not None:
+            where += f":{line}"
+        if field:
+            where += f" [{field}]"
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.file = file
+        self.field = field
+        self.line = line
+
+
+class EnvironmentFailure(OrchError):
+    """The machine cannot do what was asked: engine unreachable, tool missing, not root, image missing."""
+
+    exit_code = 3
+    code = "environment"
+
+
+class EngineUnavailable(EnvironmentFailure):
+    code = "engine-unreachable"
+
+
+class ToolMissing(EnvironmentFailure):
+    code = "tool-missing"
+
+
+class BaseImageMissing(EnvironmentFailure):
+    code = "base-image-missing"

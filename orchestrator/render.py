@@ -1,0 +1,43 @@
+"""Rendering: a `BuildPlan` becomes Dockerfile text through the Jinja2 templates. Pure and deterministic.
+
+`StrictUndefined` turns a template typo into an error instead of an empty string; `keep_trailing_newline`
+and a fixed environment make the same plan give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import jinja2
+
+from orchestrator import __version__
+from orchestrator.errors import OrchError
+from orchestrator.plan import BuildPlan
+from orchestrator.resources import templates_root
+
+
+class TemplateError(OrchError):
+    """A template failed to render: a bug in orch's templates, not in the user's input."""
+
+    exit_code = 3
+    code = "template"
+
+
+def _environment() -> jinja2.Environment:
+    root = templates_root()
+
+    def load(name: str) -> str:
+        return root.joinpath(name).read_text(encoding="utf-8")
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # Dockerfiles, not HTML  # noqa: S701
+    )
+
+
+def render_dockerfile(plan: BuildPlan) -> str:
+    try:
+        text = _environment().get_template(plan.template).render(plan=plan, orch_version=__version__)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"rendering {plan.template} failed: {exc}") from None
+    return text.rstrip("\n") + "\n"

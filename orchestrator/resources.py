@@ -1,0 +1,29 @@
+"""The one place that finds files shipped inside the package: templates, probes and vendor data.
+
+Never a path relative to the working directory: `importlib.resources` works the same from a
+checkout (editable install), an installed wheel or a zipapp.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
+
+
+def templates_root() -> Traversable:
+    return resources.files("orchestrator.templates").joinpath("dockerfiles")
+
+
+def probes_root() -> Traversable:
+    return resources.files("orchestrator.probes")
+
+
+def probe_source(name: str) -> str:
+    return probes_root().joinpath(name).read_text(encoding="utf-8")
+
+
+def data_json(name: str) -> Any:
+    """A vendor data table (`orchestrator/data/NAME`), parsed."""
+    return json.loads(resources.files("orchestrator.data").joinpath(name).read_text(encoding="utf-8"))
