@@ -154,8 +154,7 @@ def ensure_base_image(
         if existing.labels.get(f"{LABEL}.recipe") == recipe.fingerprint():
             return BaseOutcome(ref=recipe.ref, image_id=existing.id, reused=True, log_path=None)
         raise BadInput(
-            f"{recipe.ref} already exists but was made from another recipe "
-            f"(suite/mirror/snapshot/packages differ)",
+            f"{recipe.ref} already exists but was made from another recipe (suite/mirror/snapshot/packages differ)",
             hint="Pass --force to rebuild it, or choose another suite.",
         )
     if platform.system() != "Linux" or os.geteuid() != 0:
@@ -165,9 +164,7 @@ def ensure_base_image(
         )
     if shutil.which("debootstrap") is None:
         raise ToolMissing("debootstrap is not installed", hint="apt-get install debootstrap")
-    version = subprocess.run(
-        ["debootstrap", "--version"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    version = subprocess.run(["debootstrap", "--version"], capture_output=True, text=True, check=False).stdout.strip()
 
     log_dir = log_dir or Path(tempfile.gettempdir())
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +202,5 @@ def ensure_base_image(
         if tar.returncode != 0:
             raise EnvironmentFailure(f"packing the root file system failed: {tar.stderr.strip()}")
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        image_id = engine.import_rootfs(
-            tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version)
-        )
+        image_id = engine.import_rootfs(tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version))
     return BaseOutcome(ref=recipe.ref, image_id=image_id, reused=False, log_path=log_path)

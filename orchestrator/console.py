@@ -21,6 +21,6 @@ def print_error(error: OrchError, console: Console | None = None) -> None:
     from rich.markup import escape
 
     console = console or make_console(stderr=True)
-    console.print(f"[bold red]error[/][dim][{error.code}][/]: {escape(error.message)}")
+    console.print(f"[bold red]error[/][dim]{escape(f'[{error.code}]')}[/]: {escape(error.message)}")
     if error.hint:
         console.print(f"  [yellow]hint:[/] {escape(error.hint)}")

@@ -37,7 +37,9 @@ class RenderedContext:
 
 def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     if shutil.which("git") is None:
-        raise ToolMissing("git is not installed, and the dossier's code comes from a git URL", hint="apt-get install git")
+        raise ToolMissing(
+            "git is not installed, and the dossier's code comes from a git URL", hint="apt-get install git"
+        )
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=900)
 
 

@@ -31,7 +31,7 @@ def _environment() -> jinja2.Environment:
         loader=jinja2.FunctionLoader(load),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,  # Dockerfiles, not HTML  # noqa: S701
+        autoescape=False,  # Dockerfiles, not HTML
     )
 
 

@@ -151,9 +151,7 @@ def pip_download_command(
     return command
 
 
-def pip_index_environment(
-    indexes: Sequence[IndexSpec], use_pypi: bool, environ: Mapping[str, str]
-) -> dict[str, str]:
+def pip_index_environment(indexes: Sequence[IndexSpec], use_pypi: bool, environ: Mapping[str, str]) -> dict[str, str]:
     """PIP_INDEX_URL / PIP_EXTRA_INDEX_URL for the dossier's indexes, credentials filled in from `environ`."""
     urls = [_with_credentials(index, environ) for index in indexes]
     env: dict[str, str] = {}
@@ -201,15 +199,11 @@ def collect_wheels(
             scratch_dir = Path(scratch)
             requirements = scratch_dir / "requirements.txt"
             requirements.write_text(
-                "".join(
-                    f"{req.text} " + " ".join(f"--hash=sha256:{h}" for h in req.hashes) + "\n" for req in missing
-                ),
+                "".join(f"{req.text} " + " ".join(f"--hash=sha256:{h}" for h in req.hashes) + "\n" for req in missing),
                 encoding="utf-8",
             )
             download_dir = scratch_dir / "download"
-            command = pip_download_command(
-                target, requirements, download_dir, find_links=find_links
-            )
+            command = pip_download_command(target, requirements, download_dir, find_links=find_links)
             env = {**environ, **pip_index_environment(indexes, use_pypi, environ)}
             try:
                 result = run(command, env=env, capture_output=True, text=True, check=False, timeout=3600)

@@ -8,13 +8,35 @@ import click
 
 
 @click.command()
-@click.option("--suite", default="bookworm", show_default=True, help="Debian suite: bookworm (Python 3.11) or trixie (3.13).")
+@click.option(
+    "--suite",
+    default="bookworm",
+    show_default=True,
+    help="Debian suite: bookworm (Python 3.11) or trixie (3.13).",
+)
 @click.option("--mirror", default=None, help="Debian mirror URL (an internal mirror on air-gapped sites).")
-@click.option("--snapshot", default=None, metavar="YYYYMMDDTHHMMSSZ", help="Install from snapshot.debian.org at this date.")
+@click.option(
+    "--snapshot",
+    default=None,
+    metavar="YYYYMMDDTHHMMSSZ",
+    help="Install from snapshot.debian.org at this date.",
+)
 @click.option("--include", "extra", multiple=True, metavar="PKG", help="Extra Debian package (repeatable).")
 @click.option("--force", is_flag=True, help="Rebuild even if the tag exists.")
-@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Where the debootstrap log goes.")
-def base(suite: str, mirror: str | None, snapshot: str | None, extra: tuple[str, ...], force: bool, log_dir: Path | None) -> None:
+@click.option(
+    "--log-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the debootstrap log goes.",
+)
+def base(
+    suite: str,
+    mirror: str | None,
+    snapshot: str | None,
+    extra: tuple[str, ...],
+    force: bool,
+    log_dir: Path | None,
+) -> None:
     """Build a Debian base image with Python locally: debootstrap, then docker import. Reuses an existing tag."""
     from orchestrator.base_image import DEFAULT_MIRROR, BaseRecipe, ensure_base_image
     from orchestrator.console import make_console

@@ -25,7 +25,8 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
     loaded = load_dossier(dossier, variant=variant)
     model = loaded.model
     torch = loaded.lock.get("torch")
-    summary = {
+    variants = [v.name for v in loaded.reference_model.variants]
+    summary: dict[str, object] = {
         "dossier": str(dossier),
         "name": model.name,
         "identity": loaded.identity,
@@ -38,19 +39,28 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         "torch": str(torch.version) if torch else None,
         "locked_packages": len(loaded.lock.requirements),
         "files": len(loaded.files),
-        "variants": [v.name for v in loaded.reference_model.variants],
+        "variants": variants,
     }
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
     console = make_console()
     console.print(f"[green]✓[/] {dossier} is valid")
-    for key in ("name", "identity", "platform", "backend_version", "base_image", "python", "install", "torch"):
+    for key in (
+        "name",
+        "identity",
+        "platform",
+        "backend_version",
+        "base_image",
+        "python",
+        "install",
+        "torch",
+    ):
         if summary[key] is not None:
             console.print(f"  {key:<16} {summary[key]}")
     console.print(f"  {'locked':<16} {summary['locked_packages']} packages; {summary['files']} referenced files")
-    if summary["variants"]:
-        console.print(f"  {'variants':<16} {', '.join(summary['variants'])}")
+    if variants:
+        console.print(f"  {'variants':<16} {', '.join(variants)}")
 
 
 @click.command()

@@ -124,7 +124,8 @@ def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoheren
         )
     if Version(python.version) < Version(release.min_python):
         return Incoherence(
-            "python.version", f"torch {release.series} needs Python ≥ {release.min_python}, got {python.version}"
+            "python.version",
+            f"torch {release.series} needs Python ≥ {release.min_python}, got {python.version}",
         )
     local = torch.version.local
     public = torch.version.public
@@ -133,7 +134,7 @@ def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoheren
         if local != "cpu":
             return Incoherence(
                 field,
-                f"torch=={torch.version} (line {torch.line}) is not a CPU build: pin torch=={public}+cpu "
+                f"torch=={torch.version} (lock line {torch.line}) is not a CPU build: pin torch=={public}+cpu "
                 f"from {vendor.torch_index_url('cpu')}",
             )
         return None

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
 from pydantic import ValidationError
 
 from orchestrator.dossier.coherence import (
@@ -102,12 +103,12 @@ def _referenced_paths(model: Dossier) -> list[tuple[str, str, bool]]:
     refs.append(("python.requirements", model.python.requirements, False))
     if model.python.reference_inventory:
         refs.append(("python.reference_inventory", model.python.reference_inventory, False))
-    for section, items in (("data", model.data), ("weights", model.weights)):
-        for index, item in enumerate(items):
-            if item.path is not None:
-                refs.append((f"{section}[{index}].path", item.path, False))
-    for index, item in enumerate(model.expect.inputs):
-        refs.append((f"expect.inputs[{index}].path", item.path, False))
+    for section, artifacts in (("data", model.data), ("weights", model.weights)):
+        for index, artifact in enumerate(artifacts):
+            if artifact.path is not None:
+                refs.append((f"{section}[{index}].path", artifact.path, False))
+    for index, sample_input in enumerate(model.expect.inputs):
+        refs.append((f"expect.inputs[{index}].path", sample_input.path, False))
     for index, output in enumerate(model.expect.outputs):
         if output.ids is not None:
             refs.append((f"expect.outputs[{index}].ids.expected", output.ids.expected, False))
@@ -148,6 +149,9 @@ def apply_variant(model: Dossier, name: str) -> Dossier:
 
 def _first_validation_error(file: str, exc: ValidationError, doc: YamlDocument) -> DossierError:
     errors = exc.errors(include_url=False)
+    # A misspelt key shows up twice: as unknown, and as the required key it was meant to be. The
+    # unknown one is the cause, so it goes first.
+    errors.sort(key=lambda error: error["type"] != "extra_forbidden")
     first = errors[0]
     loc: FieldPath = tuple(first["loc"])
     message = first["msg"]
@@ -168,9 +172,7 @@ def _first_validation_error(file: str, exc: ValidationError, doc: YamlDocument) 
     return DossierError(file, message, field=field or None, line=doc.line_of(loc))
 
 
-def _check_coherence(
-    file: str, model: Dossier, lock: Lock, doc: YamlDocument, prefix: str = ""
-) -> ResolvedBaseImage:
+def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, prefix: str = "") -> ResolvedBaseImage:
     image = resolve_base_image(model.system)
     problem: Incoherence | None = image if isinstance(image, Incoherence) else None
     if problem is None and isinstance(image, ResolvedBaseImage):

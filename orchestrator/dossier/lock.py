@@ -105,7 +105,8 @@ def parse_lock(text: str) -> Lock:
         pins = [s for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
         if len(pins) != 1 or len(requirement.specifier) != 1:
             raise LockError(
-                line_no, f"{requirement.name} is not pinned: a lock needs exactly 'name==version' (got {spec!r})"
+                line_no,
+                f"{requirement.name} is not pinned: a lock needs exactly 'name==version' (got {spec!r})",
             )
         try:
             version = Version(pins[0].version)

@@ -13,7 +13,15 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 SCHEMA_VERSION = 1
 
@@ -30,9 +38,7 @@ ImageDigest = Annotated[
 EnvName = Annotated[
     str,
     StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$"),
-    Field(
-        description="The NAME of an environment variable or secret that holds the credential; never the value."
-    ),
+    Field(description="The NAME of an environment variable or secret that holds the credential; never the value."),
 ]
 Identifier = Annotated[
     str,
@@ -150,14 +156,16 @@ class PythonSpec(StrictModel):
         "hashed wheels and the build installs them with no network.",
     )
     indexes: list[IndexSpec] = Field(
-        default_factory=list, description="Extra package indexes, searched after PyPI unless use_pypi is false."
+        default_factory=list,
+        description="Extra package indexes, searched after PyPI unless use_pypi is false.",
     )
     use_pypi: bool = True
     find_links: list[str] = Field(
         default_factory=list, description="Folders or URLs of wheels (pip --find-links), host side."
     )
     reference_inventory: RelativePath | None = Field(
-        default=None, description="The reference environment's `pip freeze --all`, to diff the rebuild against."
+        default=None,
+        description="The reference environment's `pip freeze --all`, to diff the rebuild against.",
     )
 
     @field_validator("find_links")
@@ -265,7 +273,6 @@ Comparison = Annotated[
 ]
 
 
-
 def _inside_output_folder(path: str) -> str:
     parts = path.split("/")
     if path.startswith("/") or ".." in parts or "" in parts:
@@ -345,9 +352,7 @@ class ExpectSpec(StrictModel):
             raise ValueError(f"output names must be unique; repeated: {', '.join(duplicates)}")
         for check in self.business:
             if check.output not in names:
-                raise ValueError(
-                    f"business check refers to output {check.output!r}; outputs are: {', '.join(names)}"
-                )
+                raise ValueError(f"business check refers to output {check.output!r}; outputs are: {', '.join(names)}")
         return self
 
 
@@ -410,5 +415,6 @@ class Dossier(StrictModel):
         for variant in self.variants:
             if variant.name == name:
                 return variant
-        known = ", ".join(v.name for v in self.variants) or "none declared"
-        raise KeyError(f"variant {name!r} is not declared in this dossier (declared: {known})")
+        known = ", ".join(v.name for v in self.variants)
+        declared = f"declared: {known}" if known else "it declares no variants"
+        raise KeyError(f"variant {name!r} is not declared in this dossier ({declared})")

@@ -46,8 +46,8 @@ class YamlDocument:
         return {part for path in self.lines for part in path if isinstance(part, str)}
 
 
-def _line(mark: yaml.Mark | None) -> int | None:
-    return None if mark is None else mark.line + 1
+def _line(mark: Any) -> int | None:
+    return None if mark is None else int(mark.line) + 1
 
 
 def _refuse_aliases_and_depth(text: str) -> None:
@@ -71,7 +71,8 @@ def _map_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) ->
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:str"
+            key = key_node.value if plain else None
             if not isinstance(key, str):
                 raise YamlSourceError("mapping keys must be plain strings", _line(key_node.start_mark))
             if key in seen:

@@ -98,6 +98,8 @@ class Engine(Protocol):
 
     def containers(self, label: str) -> list[str]: ...
 
+    def close(self) -> None: ...
+
 
 def connect(base_url: str | None = None) -> Engine:
     """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable."""

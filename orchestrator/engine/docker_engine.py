@@ -9,6 +9,7 @@ Two docker-py traps shape it (docker/docker-py; ../shared/STYLE.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -31,6 +32,7 @@ from orchestrator.engine import (
 from orchestrator.errors import EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact
 
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
 # Lines that carry the cause of a failed RUN step, as pip, apt and shells print them.
 _ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|Traceback|\S+Error: )")
@@ -51,16 +53,25 @@ class DockerEngine:
 
     @classmethod
     def connect(cls, base_url: str | None = None) -> DockerEngine:
-        endpoint = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (default)"
+        endpoint = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+        hint = "Start one (as root: `make engine`, or `dockerd &`), or point DOCKER_HOST at a running engine."
+        # docker-py leaks its socket when a unix socket path does not exist; say so before it tries.
+        if endpoint.startswith("unix://") and not Path(endpoint.removeprefix("unix://")).exists():
+            raise EngineUnavailable(f"no Docker engine answers at {endpoint}: the socket does not exist", hint=hint)
+        client: docker.DockerClient | None = None
         try:
             client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if client is not None:
+                client.close()
             raise EngineUnavailable(
-                f"no Docker engine answers at {redact(endpoint)}: {redact(str(exc).splitlines()[0])}",
-                hint="Start one (as root: `make engine`, or `dockerd &`), or point DOCKER_HOST at a running engine.",
+                f"no Docker engine answers at {redact(endpoint)}: {redact(str(exc).splitlines()[0])}", hint=hint
             ) from None
         return cls(client, endpoint)
+
+    def close(self) -> None:
+        self._client.close()
 
     # -- facts -------------------------------------------------------------------------------------
 
@@ -142,8 +153,8 @@ class DockerEngine:
             )
             for chunk in stream:
                 if "stream" in chunk:
-                    for line in str(chunk["stream"]).splitlines():
-                        line = redact(line)
+                    for raw in str(chunk["stream"]).splitlines():
+                        line = redact(raw)
                         log.append(line)
                         if on_line is not None:
                             on_line(line)
@@ -223,7 +234,5 @@ class DockerEngine:
             raise EnvironmentFailure(f"running a container of {spec.image} failed: {exc.explanation}") from None
         finally:
             if container is not None:
-                try:
+                with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True)
-                except docker.errors.NotFound:
-                    pass

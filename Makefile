@@ -1,0 +1,51 @@
+# orch — the whole set-up on a fresh machine is `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+ORCH   := $(BIN)/orch
+OUT    ?= out
+
+.PHONY: venv engine base test test-unit test-integration lint demo bench golden clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## engine: make sure a Docker engine answers (installs docker.io and starts dockerd as root when none does)
+engine:
+	scripts/ensure-engine.sh
+
+## base: the local Debian base image the examples build on (debootstrap + docker import; reused when present)
+base: venv engine
+	$(ORCH) base
+
+## test: the whole suite — unit, golden, and integration tests on the real engine
+test: venv engine lint
+	$(BIN)/pytest
+
+test-unit: venv
+	$(BIN)/pytest tests/unit tests/golden
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## golden: rewrite the golden files after an intended change (review the diff!)
+golden: venv
+	$(BIN)/pytest tests/golden --update-golden
+
+## demo: the main job end to end on the CPU example
+demo: venv engine base
+	scripts/demo.sh $(OUT)
+
+bench: venv engine
+	$(BIN)/python benchmarks/cli_startup.py
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

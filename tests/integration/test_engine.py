@@ -1,0 +1,61 @@
+"""The engine adapter and `orch base` against the real engine: reuse, failures, unreachable daemons."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
+from orchestrator.engine import Engine, connect
+from orchestrator.errors import EngineUnavailable
+
+
+def test_base_image_is_labelled_and_reused(engine: Engine, base_image: BaseOutcome) -> None:
+    image = engine.image(base_image.ref)
+    assert image is not None
+    assert image.labels[f"{LABEL}.suite"] == "bookworm"
+    assert image.labels[f"{LABEL}.python"] == "3.11"
+    assert image.labels[f"{LABEL}.recipe"] == BaseRecipe().fingerprint()
+    again = ensure_base_image(engine, BaseRecipe())
+    assert again.reused and again.image_id == image.id
+
+
+def test_orch_base_cli_reuses_the_tag(base_image: BaseOutcome) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "base"], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "reused orch/debian-python:bookworm" in result.stdout
+
+
+def test_unreachable_daemon_is_exit_3_with_what_was_tried(tmp_path: Path) -> None:
+    socket = f"unix://{tmp_path}/no-such-docker.sock"
+    with pytest.raises(EngineUnavailable, match=r"no-such-docker\.sock"):
+        connect(socket)
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "base"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"DOCKER_HOST": socket, "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 3
+    assert "error[engine-unreachable]" in result.stderr and "no-such-docker.sock" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_failing_build_names_the_step_and_first_error(
+    engine: Engine, base_image: BaseOutcome, tmp_path: Path
+) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image.ref}\nRUN echo preparing\nRUN python3 -c 'import no_such_module'\nRUN echo never\n"
+    )
+    outcome = engine.build(tmp_path, "orch-test/failing:latest", network=False)
+    assert outcome.image_id is None
+    assert outcome.failed_step == "RUN python3 -c 'import no_such_module'"
+    assert outcome.first_error is not None and "ModuleNotFoundError" in outcome.first_error
+    assert "Step 4/4" not in outcome.log, "the build stops at the failing step"

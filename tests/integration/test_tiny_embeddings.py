@@ -1,0 +1,98 @@
+"""The foundation end to end: render the CPU example, build it on an `orch base` image with the build's
+network off, run the sample inside, and find the reference outputs reproduced."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.base_image import BaseOutcome
+from orchestrator.context import write_context
+from orchestrator.dossier.load import file_sha256, load_dossier
+from orchestrator.engine import Engine, Mount, RunSpec
+from orchestrator.plan import RUNTIME_UID, make_plan
+from tests.paths import EXAMPLES
+
+TINY = EXAMPLES / "tiny-embeddings"
+TAG = "orch-test/tiny-embeddings:integration"
+
+
+@pytest.fixture(scope="module")
+def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory) -> str:
+    loaded = load_dossier(TINY / "dossier.yaml")
+    context = write_context(loaded, make_plan(loaded), tmp_path_factory.mktemp("ctx") / "context")
+    assert {path.name for path in context.directory.iterdir()} >= {"Dockerfile", "requirements.lock", "app", "wheels"}
+    assert len(context.wheels) == len(loaded.lock.requirements)
+    # network=False: the wheelhouse build must not need the network at all.
+    outcome = engine.build(context.directory, TAG, network=False)
+    assert outcome.image_id is not None, f"build failed at {outcome.failed_step}: {outcome.first_error}"
+    return outcome.image_id
+
+
+def test_image_carries_identity_labels_and_runs_unprivileged(engine: Engine, built_image: str) -> None:
+    image = engine.image(TAG)
+    assert image is not None and image.id == built_image
+    loaded = load_dossier(TINY / "dossier.yaml")
+    assert image.labels["io.orch.dossier.identity"] == loaded.identity
+    assert image.labels["io.orch.torch.version"] == "2.13.0+cpu"
+    result = engine.run(
+        RunSpec(
+            image=TAG,
+            command=["python", "-c", "import os, torch; print(os.getuid(), torch.__version__)"],
+            timeout_s=120,
+        )
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split() == [str(RUNTIME_UID), "2.13.0+cpu"]
+
+
+def test_wheels_never_reach_the_final_image(engine: Engine, built_image: str) -> None:
+    result = engine.run(
+        RunSpec(image=TAG, command=["sh", "-c", "ls /tmp/orch 2>&1; ls /opt/venv/bin/python"], timeout_s=60)
+    )
+    assert "No such file or directory" in result.stdout
+    assert "/opt/venv/bin/python" in result.stdout
+
+
+def test_sample_runs_inside_and_reproduces_the_reference(
+    engine: Engine, built_image: str, tmp_path: Path, no_leftover_containers: None
+) -> None:
+    loaded = load_dossier(TINY / "dossier.yaml")
+    output = tmp_path / "output"
+    output.mkdir()
+    os.chown(output, RUNTIME_UID, RUNTIME_UID)
+    result = engine.run(
+        RunSpec(
+            image=TAG,
+            command=loaded.model.expect.command,
+            mounts=[
+                Mount(TINY / "sample", "/orch/input/sample", read_only=True),
+                Mount(output, "/orch/output", read_only=False),
+            ],
+            timeout_s=loaded.model.expect.timeout_s,
+        )
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"embedded": 12, "dim": 16, "torch": "2.13.0+cpu"}
+    assert json.loads((output / "ids.json").read_text()) == json.loads((TINY / "sample" / "ids.json").read_text())
+    # Same CPU build, fixed seed, deterministic algorithms: the rebuilt environment gives the same bytes.
+    assert file_sha256(output / "embeddings.npy") == file_sha256(TINY / "reference" / "embeddings.npy")
+
+
+def test_a_hanging_command_is_stopped_at_its_timeout(
+    engine: Engine, built_image: str, no_leftover_containers: None
+) -> None:
+    result = engine.run(RunSpec(image=TAG, command=["sleep", "60"], timeout_s=2))
+    assert result.timed_out and result.exit_code is None
+    assert result.duration_s < 30
+
+
+def test_containers_have_no_network_by_default(engine: Engine, built_image: str) -> None:
+    result = engine.run(
+        RunSpec(image=TAG, command=["python", "-c", "import socket; print(socket.if_nameindex())"], timeout_s=60)
+    )
+    assert result.exit_code == 0
+    assert "eth0" not in result.stdout and "lo" in result.stdout

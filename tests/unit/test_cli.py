@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import __version__
+from orchestrator.cli.main import cli, main
+from orchestrator.dossier.schema import dossier_json_schema
+from tests.paths import EXAMPLES, REPO
+
+COMMANDS = ["validate", "render", "schema", "base"]
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage: cli " + command in result.output or f"Usage: orch {command}" in result.output
+
+
+def test_help_lists_exit_codes() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert "2 bad input" in result.output and "3 the" in result.output
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["validate"])
+    assert exited.value.code == 2
+    assert "Missing argument" in capsys.readouterr().err
+
+
+def test_render_without_out_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["render", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml")])
+    assert exited.value.code == 2
+    assert "needs --out" in capsys.readouterr().err
+
+
+def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", "--json", str(EXAMPLES / "tiny-embeddings" / "dossier-cuda.yaml"), "--variant", "cpu"])
+    assert exited.value.code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["platform"] == "cpu" and summary["variant"] == "cpu" and summary["torch"] == "2.13.0+cpu"
+
+
+def test_dockerfile_only_prints_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["render", "--dockerfile-only", str(EXAMPLES / "tiny-embeddings" / "dossier-rocm.yaml")])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Rendered by orch") and "FROM rocm/dev-ubuntu-22.04:6.2 AS builder" in out
+
+
+def test_schema_is_committed_and_current(tmp_path: Path) -> None:
+    target = tmp_path / "schema.json"
+    with pytest.raises(SystemExit) as exited:
+        main(["schema", "--out", str(target)])
+    assert exited.value.code == 0
+    written = json.loads(target.read_text())
+    assert written == dossier_json_schema()
+    committed = REPO / "docs" / "dossier-schema.json"
+    assert json.loads(committed.read_text()) == written, "run `orch schema --out docs/dossier-schema.json`"
+    assert written["additionalProperties"] is False
+    assert {"dossier", "name", "code", "python", "system", "expect"} <= set(written["required"])
