@@ -65,12 +65,23 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write to this file instead of stdout.")
-def schema(out: Path | None) -> None:
-    """Print the dossier's JSON Schema (for editors and CI linters)."""
-    from orchestrator.dossier.schema import dossier_json_schema
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "markdown"]),
+    default="json",
+    show_default=True,
+    help="JSON Schema, or the Markdown reference (docs/dossier.md).",
+)
+def schema(out: Path | None, fmt: str) -> None:
+    """Print the dossier's JSON Schema (for editors and CI linters) or its Markdown reference."""
+    from orchestrator.dossier.schema import dossier_json_schema, schema_markdown
     from orchestrator.fsutil import atomic_write_text
 
-    text = json.dumps(dossier_json_schema(), indent=2, sort_keys=True) + "\n"
+    if fmt == "markdown":
+        text = schema_markdown()
+    else:
+        text = json.dumps(dossier_json_schema(), indent=2, sort_keys=True) + "\n"
     if out is None:
         click.echo(text, nl=False)
     else:

@@ -12,3 +12,53 @@ SCHEMA_ID = f"https://orch.invalid/schema/dossier-v{SCHEMA_VERSION}.json"
 def dossier_json_schema() -> dict[str, Any]:
     schema = Dossier.model_json_schema(mode="validation")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
+
+
+def _type_of(prop: dict[str, Any]) -> str:
+    if "$ref" in prop:
+        return f"[{prop['$ref'].rsplit('/', 1)[-1]}](#{prop['$ref'].rsplit('/', 1)[-1].lower()})"
+    if "const" in prop:
+        return f"`{prop['const']!r}`"
+    if "enum" in prop:
+        return " \\| ".join(f"`{value}`" for value in prop["enum"])
+    if "anyOf" in prop or "oneOf" in prop:
+        options = [_type_of(option) for option in prop.get("anyOf", prop.get("oneOf", []))]
+        return " \\| ".join(option for option in options if option)
+    kind = prop.get("type")
+    if kind == "array":
+        return f"list of {_type_of(prop.get('items', {}))}"
+    if kind == "object":
+        extra = prop.get("additionalProperties")
+        return f"mapping to {_type_of(extra)}" if isinstance(extra, dict) else "mapping"
+    if kind == "null":
+        return "null"
+    return f"{kind}" + (f" (`{prop['pattern']}`)" if "pattern" in prop else "") if kind else "any"
+
+
+def schema_markdown() -> str:
+    """The dossier reference (docs/dossier.md), generated from the same schema `orch schema` prints."""
+    schema = dossier_json_schema()
+    sections: list[tuple[str, dict[str, Any]]] = [("Dossier", schema)]
+    sections += sorted(schema.get("$defs", {}).items())
+    out = [
+        "# Dossier reference (schema version 1)",
+        "",
+        "Generated from the pydantic models by `orch schema --format markdown`; do not edit by hand.",
+        "Unknown keys are errors. Relative paths resolve against the dossier's folder.",
+        "",
+    ]
+    for name, model in sections:
+        out += [f"## {name}", ""]
+        if model.get("description"):
+            out += [" ".join(model["description"].split()), ""]
+        properties = model.get("properties", {})
+        if not properties:
+            continue
+        required = set(model.get("required", []))
+        out += ["| key | type | required | default | description |", "| --- | --- | --- | --- | --- |"]
+        for key, prop in properties.items():
+            default = f"`{prop['default']!r}`" if "default" in prop else ""
+            description = " ".join(str(prop.get("description", "")).split()).replace("|", "\\|")
+            out.append(f"| `{key}` | {_type_of(prop)} | {'yes' if key in required else ''} | {default} | {description} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -72,3 +72,14 @@ def test_schema_is_committed_and_current(tmp_path: Path) -> None:
     assert json.loads(committed.read_text()) == written, "run `orch schema --out docs/dossier-schema.json`"
     assert written["additionalProperties"] is False
     assert {"dossier", "name", "code", "python", "system", "expect"} <= set(written["required"])
+
+
+def test_markdown_reference_is_committed_and_current(tmp_path: Path) -> None:
+    target = tmp_path / "dossier.md"
+    with pytest.raises(SystemExit):
+        main(["schema", "--format", "markdown", "--out", str(target)])
+    committed = REPO / "docs" / "dossier.md"
+    assert committed.read_text() == target.read_text(), "run `orch schema --format markdown --out docs/dossier.md`"
+    text = target.read_text()
+    for section in ("## Dossier", "## PythonSpec", "## SystemSpec", "## OutputSpec", "## CosineComparison"):
+        assert section in text
