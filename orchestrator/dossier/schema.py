@@ -59,6 +59,8 @@ def schema_markdown() -> str:
         for key, prop in properties.items():
             default = f"`{prop['default']!r}`" if "default" in prop else ""
             description = " ".join(str(prop.get("description", "")).split()).replace("|", "\\|")
-            out.append(f"| `{key}` | {_type_of(prop)} | {'yes' if key in required else ''} | {default} | {description} |")
+            out.append(
+                f"| `{key}` | {_type_of(prop)} | {'yes' if key in required else ''} | {default} | {description} |"
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
