@@ -175,16 +175,16 @@ def ensure_base_image(
         with log_path.open("w", encoding="utf-8") as log:
             log.write("$ " + " ".join(command) + "\n")
             log.flush()
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            assert process.stdout is not None
             last_error = ""
-            for line in process.stdout:
-                log.write(redact(line))
-                if line.startswith("E:"):
-                    last_error = last_error or line.strip()
-                if on_line is not None:
-                    on_line(redact(line.rstrip()))
-            code = process.wait()
+            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    log.write(redact(line))
+                    if line.startswith("E:"):
+                        last_error = last_error or line.strip()
+                    if on_line is not None:
+                        on_line(redact(line.rstrip()))
+                code = process.wait()
         if code != 0:
             raise EnvironmentFailure(
                 f"debootstrap of {recipe.suite} from {redact(recipe.effective_mirror)} failed "
