@@ -8,20 +8,17 @@ and a folder that holds anything but an earlier orch render is never overwritten
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
-import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.dossier.load import LoadedDossier, iter_tree
-from orchestrator.errors import BadInput, ToolMissing
+from orchestrator.code_source import CodeState, copy_code, inspect_code
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.errors import BadInput
 from orchestrator.plan import BuildPlan
-from orchestrator.redact import redact
 from orchestrator.render import render_dockerfile
 from orchestrator.wheelhouse import TargetPlatform, Wheel, collect_wheels
 
@@ -33,50 +30,7 @@ class RenderedContext:
     directory: Path
     dockerfile: str
     wheels: tuple[Wheel, ...]
-
-
-def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    if shutil.which("git") is None:
-        raise ToolMissing(
-            "git is not installed, and the dossier's code comes from a git URL", hint="apt-get install git"
-        )
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=900)
-
-
-def export_git(url: str, revision: str, dest: Path) -> None:
-    """The tree of exactly `revision` (never a work tree), extracted into `dest`."""
-    with tempfile.TemporaryDirectory(prefix="orch-git-") as scratch:
-        repo = Path(scratch)
-        for args in (("init", "--quiet"), ("fetch", "--quiet", "--depth", "1", url, revision)):
-            result = _git(*args, cwd=repo)
-            if result.returncode != 0:
-                stderr = result.stderr.decode(errors="replace").strip()
-                message = redact(stderr.splitlines()[-1] if stderr else f"git {args[0]} failed")
-                raise BadInput(
-                    f"cannot fetch revision {revision} from {redact(url)}: {message}",
-                    hint="Check code.source and code.revision (a full commit id reachable from the URL).",
-                )
-        archive = _git("archive", "--format=tar", "FETCH_HEAD", cwd=repo)
-        if archive.returncode != 0:
-            raise BadInput(f"git archive of {revision} failed: {archive.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(dest, filter="data")
-
-
-def copy_code(loaded: LoadedDossier, dest: Path) -> None:
-    code = loaded.model.code
-    dest.mkdir(parents=True)
-    if code.is_git_url:
-        assert code.revision is not None  # the schema requires it for git URLs
-        export_git(code.source, code.revision, dest)
-    else:
-        root = loaded.code_dir
-        for path in iter_tree(root):
-            target = dest / path.relative_to(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-    if not (dest / code.entrypoint).is_file():
-        raise BadInput(f"code.entrypoint {code.entrypoint!r} is not a file in the code source {code.source!r}")
+    code: CodeState
 
 
 def _replace_folder(staging: Path, out: Path) -> None:
@@ -103,15 +57,19 @@ def write_context(
     *,
     ca_bundle: Path | None = None,
     cache: Path | None = None,
+    code: CodeState | None = None,
 ) -> RenderedContext:
+    code = code or inspect_code(loaded)
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.orch-tmp-", dir=out.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary output folder
     try:
         dockerfile = render_dockerfile(plan)
         (staging / "Dockerfile").write_text(dockerfile, encoding="utf-8")
         shutil.copyfile(loaded.resolve(loaded.model.python.requirements), staging / "requirements.lock")
-        copy_code(loaded, staging / "app")
+        copy_code(loaded, code, staging / "app", scratch=staging / ".git-scratch")
+        shutil.rmtree(staging / ".git-scratch", ignore_errors=True)
         wheels: list[Wheel] = []
         if plan.install_mode == "wheelhouse":
             glibc = loaded.base_image.glibc
@@ -138,6 +96,7 @@ def write_context(
             "dossier": loaded.model.name,
             "identity": loaded.identity,
             "variant": loaded.variant,
+            "code": {"kind": code.kind, "revision": code.revision, "dirty_diff_sha256": code.diff_sha256},
             "wheels": [{"file": w.file_name, "sha256": w.sha256} for w in wheels],
         }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -145,4 +104,4 @@ def write_context(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return RenderedContext(directory=out, dockerfile=dockerfile, wheels=tuple(wheels))
+    return RenderedContext(directory=out, dockerfile=dockerfile, wheels=tuple(wheels), code=code)

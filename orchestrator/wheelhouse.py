@@ -129,6 +129,10 @@ def pip_download_command(
         "--require-hashes",
         "--only-binary=:all:",
         "--disable-pip-version-check",
+        # An unreachable index (air-gapped host, offline mirror) should cost seconds, not minutes of
+        # back-off per package; ORCH_PIP_RETRIES raises it on flaky networks.
+        "--retries",
+        os.environ.get("ORCH_PIP_RETRIES", "1"),
         "--python-version",
         target.python_version,
         "--implementation",

@@ -13,6 +13,7 @@ import click
 
 from orchestrator import __version__
 from orchestrator.cli.base_cmd import base
+from orchestrator.cli.build_cmd import build
 from orchestrator.cli.dossier_cmds import render, schema, validate
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
@@ -28,6 +29,7 @@ cli.add_command(validate)
 cli.add_command(schema)
 cli.add_command(render)
 cli.add_command(base)
+cli.add_command(build)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Literal, Protocol
+
+#: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
+#: network namespace (reaches indexes on the host's loopback).
+Network = Literal["none", "default", "host"]
 
 #: Every container and temporary image orch creates carries this label, so cleanup can find them.
 MANAGED_LABEL = "io.orch.managed"
@@ -82,13 +86,16 @@ class Engine(Protocol):
 
     def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str: ...
 
+    def pull(self, ref: str) -> ImageInfo: ...
+
     def build(
         self,
-        context: Path,
+        context_tar: IO[bytes],
         tag: str,
         *,
-        network: bool,
+        network: Network,
         labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome: ...
 

@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -26,10 +26,11 @@ from orchestrator.engine import (
     BuildOutcome,
     EngineInfo,
     ImageInfo,
+    Network,
     RunOutcome,
     RunSpec,
 )
-from orchestrator.errors import EngineUnavailable, EnvironmentFailure
+from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
@@ -127,13 +128,29 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return
 
+    def pull(self, ref: str) -> ImageInfo:
+        try:
+            self._client.images.pull(ref)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            explanation = getattr(exc, "explanation", None) or str(exc)
+            raise BaseImageMissing(
+                f"base image {ref} is not in the engine and cannot be pulled: {redact(str(explanation))}",
+                hint="Build a local base with `orch base` (no registry needed) and set system.base_image.ref to it, "
+                "or load the image with `docker load`.",
+            ) from None
+        pulled = self.image(ref)
+        if pulled is None:
+            raise BaseImageMissing(f"pulling {ref} reported success but the image is not there")
+        return pulled
+
     def build(
         self,
-        context: Path,
+        context_tar: IO[bytes],
         tag: str,
         *,
-        network: bool,
+        network: Network,
         labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
         log: list[str] = []
@@ -143,13 +160,18 @@ class DockerEngine:
         error: str | None = None
         try:
             stream = self._client.api.build(
-                path=str(context),
+                fileobj=context_tar,
+                custom_context=True,
                 tag=tag,
                 rm=True,
                 forcerm=True,  # intermediate containers go even when a step fails
                 decode=True,
-                network_mode=None if network else "none",
+                nocache=no_cache,
+                network_mode={"none": "none", "default": None, "host": "host"}[network],
                 labels=dict(labels or {}),
+                # docker-py would copy proxy settings from ~/.docker/config.json into build args, which
+                # `docker history` shows: a proxy URL with credentials would leak into the image.
+                use_config_proxy=False,
             )
             for chunk in stream:
                 if "stream" in chunk:

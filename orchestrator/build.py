@@ -1,0 +1,245 @@
+"""`orch build`: render the dossier, build the image through the engine, read its inventory back.
+
+Stages, each timed: base image present (or pulled) → build context rendered (wheelhouse collected) →
+normalised context tar built with live progress → inventory probe run in the built image → checks →
+`build.json` + `build.log` + `pip-freeze.txt` written atomically into the output folder.
+A failed build step is a verdict (exit 1) with the step and the first error; no container is left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator import __version__
+from orchestrator.build_context import context_tar
+from orchestrator.build_log import cache_stats
+from orchestrator.build_record import (
+    BaseImageRef,
+    BuildFailure,
+    BuildRecord,
+    CodeRef,
+    ContextRef,
+    DossierRef,
+    ImageRef,
+    WheelRef,
+)
+from orchestrator.checks import Check
+from orchestrator.context import write_context
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.engine import Engine, ImageInfo, Network, RunSpec
+from orchestrator.errors import EnvironmentFailure
+from orchestrator.fsutil import atomic_write_text
+from orchestrator.image_checks import image_checks
+from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
+from orchestrator.plan import LABEL_PREFIX, make_plan
+from orchestrator.redact import redact
+from orchestrator.resources import probe_source
+
+INVENTORY_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: Path
+    tag: str | None = None
+    ca_bundle: Path | None = None
+    network: Network | None = None  # None: "none" for wheelhouse builds, "default" for online ones
+    no_cache: bool = False
+    wheel_cache: Path | None = None
+
+
+def default_tag(loaded: LoadedDossier) -> str:
+    """`orch/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag."""
+    return f"orch/{loaded.model.name}:{loaded.short_identity}"
+
+
+def ensure_base(engine: Engine, loaded: LoadedDossier) -> ImageInfo:
+    ref = loaded.base_image.from_line
+    image = engine.image(ref) or engine.pull(ref)
+    expected = loaded.base_image.image_id
+    if expected is not None and image.id != expected:
+        raise EnvironmentFailure(
+            f"base image {ref} is {image.id} here, but the dossier pins {expected}",
+            hint="Rebuild the base with the recipe the dossier recorded, or load the exact image with `docker load`.",
+        )
+    return image
+
+
+def _build_labels(engine: Engine, loaded: LoadedDossier, tag: str, code: CodeRef, base: ImageInfo) -> dict[str, str]:
+    """Labels that depend on this build, not on the dossier alone (those are in the Dockerfile).
+
+    `created` is kept from an earlier image of the same identity under the same tag, so a warm rebuild
+    gives the same final layer and the cache hits all the way down.
+    """
+    previous = engine.image(tag)
+    created = None
+    if previous is not None and previous.labels.get(f"{LABEL_PREFIX}.dossier.identity") == loaded.identity:
+        created = previous.labels.get("org.opencontainers.image.created")
+    labels = {
+        "org.opencontainers.image.created": created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.version": loaded.short_identity,
+        f"{LABEL_PREFIX}.base.id": base.id,
+    }
+    if code.revision:
+        labels["org.opencontainers.image.revision"] = code.revision
+    if code.kind == "git-url":
+        labels["org.opencontainers.image.source"] = code.source
+    if code.dirty_diff_sha256:
+        labels[f"{LABEL_PREFIX}.code.dirty-diff"] = code.dirty_diff_sha256
+    if base.repo_digests and not loaded.base_image.digest:
+        labels["org.opencontainers.image.base.digest"] = base.repo_digests[0].split("@", 1)[-1]
+    return {key: redact(value) for key, value in labels.items()}
+
+
+def run_inventory(engine: Engine, image: str) -> tuple[Inventory | None, str | None]:
+    """The inventory probe in one container start; (inventory, None) or (None, first error)."""
+    outcome = engine.run(
+        RunSpec(
+            image=image,
+            command=["python", "-I", "-c", probe_source("inventory.py")],
+            timeout_s=INVENTORY_TIMEOUT_S,
+            labels={f"{LABEL_PREFIX}.probe": "inventory"},
+        )
+    )
+    if outcome.timed_out:
+        return None, f"the inventory probe did not finish within {INVENTORY_TIMEOUT_S}s"
+    lines = [line for line in outcome.stdout.splitlines() if line.strip()]
+    if outcome.exit_code != 0 or not lines:
+        stderr = [line for line in outcome.stderr.splitlines() if line.strip()]
+        return None, f"the inventory probe exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
+    try:
+        return parse_inventory(json.loads(lines[-1])), None
+    except ValueError as exc:
+        return None, f"the inventory probe printed no JSON document: {exc}"
+
+
+def run_build(
+    loaded: LoadedDossier,
+    engine: Engine,
+    options: BuildOptions,
+    *,
+    on_line: Callable[[str], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> BuildRecord:
+    stage = on_stage or (lambda _: None)
+    durations: dict[str, float] = {}
+    started = time.monotonic()
+    out = options.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    tag = options.tag or default_tag(loaded)
+
+    stage("base image")
+    mark = time.monotonic()
+    base = ensure_base(engine, loaded)
+    durations["base_image"] = time.monotonic() - mark
+
+    stage("render")
+    mark = time.monotonic()
+    plan = make_plan(loaded, ca_bundle=options.ca_bundle is not None)
+    rendered = write_context(loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache)
+    durations["render"] = time.monotonic() - mark
+    state = rendered.code
+    code = CodeRef(
+        kind=state.kind,
+        source=state.source,
+        revision=state.revision,
+        dirty=state.dirty,
+        dirty_diff_sha256=state.diff_sha256,
+        variant=state.variant,
+    )
+    network: Network = options.network or ("none" if plan.install_mode == "wheelhouse" else "default")
+
+    stage("build")
+    mark = time.monotonic()
+    labels = _build_labels(engine, loaded, tag, code, base)
+    with context_tar(rendered.directory) as tar:
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: tar.read(1 << 20), b""):
+            digest.update(chunk)
+        tar.seek(0)
+        outcome = engine.build(tar, tag, network=network, labels=labels, no_cache=options.no_cache, on_line=on_line)
+    durations["build"] = time.monotonic() - mark
+    atomic_write_text(out / "build.log", outcome.log)
+
+    image_ref: ImageRef | None = None
+    inventory: Inventory | None = None
+    diff: InventoryDiff | None = None
+    checks: list[Check] = []
+    failure: BuildFailure | None = None
+    if outcome.image_id is None:
+        failure = BuildFailure(step=outcome.failed_step, first_error=outcome.first_error or "the build failed")
+    else:
+        built = engine.image(tag)
+        assert built is not None
+        image_ref = ImageRef(tag=tag, id=built.id, labels=dict(built.labels), size_bytes=built.size)
+        stage("inventory")
+        mark = time.monotonic()
+        inventory, probe_error = run_inventory(engine, built.id)
+        durations["inventory"] = time.monotonic() - mark
+        if inventory is None:
+            failure = BuildFailure(step="inventory probe", first_error=probe_error or "no inventory")
+        else:
+            reference_file = loaded.model.python.reference_inventory
+            if reference_file is not None:
+                reference_lines = loaded.resolve(reference_file).read_text(encoding="utf-8").splitlines()
+                diff = diff_inventories(reference_lines, inventory.pip_freeze, reference_file)
+            checks = image_checks(loaded, inventory, diff)
+            failed = next((check for check in checks if not check.passed), None)
+            if failed is not None:
+                failure = BuildFailure(
+                    step=f"image check: {failed.name}",
+                    first_error=f"expected {failed.expected}, observed {failed.observed}"
+                    + (f" ({failed.detail})" if failed.detail else ""),
+                )
+            atomic_write_text(out / "pip-freeze.txt", "\n".join(inventory.pip_freeze) + "\n")
+    durations["total"] = time.monotonic() - started
+
+    record = BuildRecord(
+        orch_version=__version__,
+        status="failed" if failure else "passed",
+        dossier=DossierRef(
+            name=loaded.model.name, path=str(loaded.path), identity=loaded.identity, variant=loaded.variant
+        ),
+        image=image_ref,
+        base_image=BaseImageRef(ref=loaded.base_image.from_line, id=base.id, digest=loaded.base_image.digest),
+        context=ContextRef(
+            digest=digest.hexdigest(),
+            install_mode=plan.install_mode,
+            network=network,
+            ca_bundle=plan.ca_bundle,
+            wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in rendered.wheels],
+        ),
+        code=code,
+        failure=failure,
+        cache=cache_stats(outcome.log),
+        durations_s={key: round(value, 3) for key, value in durations.items()},
+        checks=checks,
+        inventory=inventory,
+        inventory_diff=diff,
+    )
+    write_record(out / "build.json", record)
+    return record
+
+
+def write_record(path: Path, record: BuildRecord) -> None:
+    atomic_write_text(path, record.model_dump_json(indent=2) + "\n")
+
+
+def read_record(path: Path) -> BuildRecord:
+    return BuildRecord.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def ca_bundle_from_environment() -> Path | None:
+    """ORCH_CA_BUNDLE, else the file pip itself is told to trust (PIP_CERT): the corporate-proxy case."""
+    for name in ("ORCH_CA_BUNDLE", "PIP_CERT"):
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None

@@ -1,0 +1,90 @@
+"""`build.json`: the versioned record of one build — the report's **image** section.
+
+A contract read by `orch probe`, `orch compare`, the hand-over and CI dashboards: fields are only ever
+added within a format version. Everything in it has passed through redaction.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.checks import Check
+from orchestrator.inventory import Inventory, InventoryDiff
+
+BUILD_FORMAT = "orch.build/1"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DossierRef(Frozen):
+    name: str
+    path: str
+    identity: str
+    variant: str | None
+
+
+class ImageRef(Frozen):
+    tag: str
+    id: str
+    labels: dict[str, str]
+    size_bytes: int
+
+
+class BaseImageRef(Frozen):
+    ref: str
+    id: str
+    digest: str | None
+
+
+class WheelRef(Frozen):
+    file: str
+    sha256: str
+
+
+class ContextRef(Frozen):
+    digest: str = Field(description="sha256 of the normalised build-context tar the engine received.")
+    install_mode: str
+    network: str
+    ca_bundle: bool
+    wheels: list[WheelRef]
+
+
+class CodeRef(Frozen):
+    kind: str
+    source: str
+    revision: str | None
+    dirty: bool
+    dirty_diff_sha256: str | None
+    variant: str | None
+
+
+class BuildFailure(Frozen):
+    step: str | None = Field(description="The Dockerfile instruction (or orch stage) that failed.")
+    first_error: str
+
+
+class CacheStats(Frozen):
+    steps: int
+    cached: int
+    rebuilt: list[str] = Field(description="Instructions that ran instead of coming from the layer cache.")
+
+
+class BuildRecord(Frozen):
+    format: Literal["orch.build/1"] = "orch.build/1"
+    orch_version: str
+    status: Literal["passed", "failed"]
+    dossier: DossierRef
+    image: ImageRef | None
+    base_image: BaseImageRef
+    context: ContextRef
+    code: CodeRef
+    failure: BuildFailure | None
+    cache: CacheStats
+    durations_s: dict[str, float]
+    checks: list[Check]
+    inventory: Inventory | None
+    inventory_diff: InventoryDiff | None

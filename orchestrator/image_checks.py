@@ -1,0 +1,107 @@
+"""The image section's checks: does the built image contain what the dossier says it should? Pure."""
+
+from __future__ import annotations
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from orchestrator.checks import Check
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.inventory import Inventory, InventoryDiff, parse_freeze
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDiff | None) -> list[Check]:
+    model = loaded.model
+    checks: list[Check] = []
+
+    python_ok = inventory.python_version.startswith(model.python.version + ".")
+    checks.append(
+        Check(name="python version", expected=model.python.version, observed=inventory.python_version, passed=python_ok)
+    )
+
+    installed = parse_freeze(inventory.pip_freeze)
+    wrong: list[str] = []
+    for requirement in loaded.lock.requirements:
+        if requirement.marker is not None:
+            continue  # platform-specific lines: pip decided, the freeze shows what applied
+        found = installed.get(canonicalize_name(requirement.name))
+        if found is None or not _same_version(found, str(requirement.version)):
+            wrong.append(f"{requirement.text} (installed: {found or 'missing'})")
+    checks.append(
+        Check(
+            name="lock installed exactly",
+            expected=f"{len(loaded.lock.requirements)} pins from {model.python.requirements}",
+            observed="all installed at the pinned version" if not wrong else f"{len(wrong)} differ",
+            passed=not wrong,
+            detail="; ".join(wrong) or None,
+        )
+    )
+
+    checks.append(
+        Check(
+            name="pip check",
+            expected="no broken requirements",
+            observed="clean" if inventory.pip_check.ok else f"{len(inventory.pip_check.lines)} problem(s)",
+            passed=inventory.pip_check.ok,
+            detail="; ".join(inventory.pip_check.lines) or None,
+        )
+    )
+
+    torch = loaded.lock.get("torch")
+    if torch is not None:
+        backend = inventory.backend
+        platform = model.system.platform
+        if platform == "cpu":
+            expected, ok = (
+                "a CPU build (torch.version.cuda and .hip both None)",
+                backend.torch_cuda is None and backend.torch_hip is None,
+            )
+        elif platform == "cuda":
+            expected = f"a CUDA {model.system.version} build"
+            ok = (
+                backend.torch_cuda is not None
+                and backend.torch_hip is None
+                and backend.torch_cuda.startswith(str(model.system.version))
+            )
+        else:
+            expected = f"a ROCm {model.system.version} build"
+            ok = (
+                backend.torch_hip is not None
+                and backend.torch_cuda is None
+                and backend.torch_hip.startswith(str(model.system.version))
+            )
+        observed = f"torch {backend.torch}, cuda={backend.torch_cuda}, hip={backend.torch_hip}"
+        checks.append(Check(name="torch build matches platform", expected=expected, observed=observed, passed=ok))
+
+    if diff is not None:
+        summary = f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed"
+        details = [*(f"+{p}" for p in diff.added), *(f"-{p}" for p in diff.removed)]
+        details += [f"{c.name} {c.reference} → {c.observed}" for c in diff.changed]
+        checks.append(
+            Check(
+                name="inventory matches the reference",
+                expected=f"the packages of {diff.reference_file}",
+                observed="identical" if diff.identical else summary,
+                passed=diff.identical,
+                detail="; ".join(details) or None,
+            )
+        )
+
+    if inventory.errors:
+        checks.append(
+            Check(
+                name="inventory probe complete",
+                expected="every probe step reported",
+                observed=f"{len(inventory.errors)} step(s) failed",
+                passed=False,
+                detail="; ".join(inventory.errors),
+            )
+        )
+    return checks

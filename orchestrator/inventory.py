@@ -1,0 +1,133 @@
+"""The image inventory (what the built image contains) and its diff against the reference inventory.
+
+Pure: parsing the inventory probe's JSON and comparing `pip freeze` listings. Running the probe is the
+build's job (`orchestrator.build`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.redact import redact
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PipCheck(Frozen):
+    ok: bool
+    lines: list[str]
+
+
+class BackendFacts(Frozen):
+    """CUDA/ROCm user space as the image carries it (image env and files), torch's build flags."""
+
+    cuda_toolkit: str | None = None
+    rocm: str | None = None
+    torch: str | None = None
+    torch_cuda: str | None = None
+    torch_hip: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Inventory(Frozen):
+    python_version: str
+    python_executable: str
+    libc: str
+    pip_freeze: list[str]
+    pip_check: PipCheck
+    pip_inspect: dict[str, Any] | None
+    os_release: dict[str, str]
+    os_package_manager: str | None
+    os_packages: dict[str, str]
+    backend: BackendFacts
+    errors: list[str] = Field(default_factory=list, description="Probe steps that could not report.")
+
+
+class PackageChange(Frozen):
+    name: str
+    reference: str
+    observed: str
+
+
+class InventoryDiff(Frozen):
+    reference_file: str
+    added: list[str]  # "name==version" present in the rebuild only
+    removed: list[str]  # present in the reference only
+    changed: list[PackageChange]
+
+    @property
+    def identical(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def parse_freeze(lines: list[str]) -> dict[str, str]:
+    """`pip freeze` lines → {canonical name: version or 'name @ url' reference}. Comments are skipped."""
+    packages: dict[str, str] = {}
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("-e") else raw.strip()
+        if not line or line.startswith("-"):
+            continue
+        if "==" in line:
+            name, _, version = line.partition("==")
+            packages[canonicalize_name(name.strip())] = version.strip()
+        elif " @ " in line:
+            name, _, url = line.partition(" @ ")
+            packages[canonicalize_name(name.strip())] = "@ " + redact(url.strip())
+    return packages
+
+
+def diff_inventories(reference: list[str], observed: list[str], reference_file: str) -> InventoryDiff:
+    ref, obs = parse_freeze(reference), parse_freeze(observed)
+    return InventoryDiff(
+        reference_file=reference_file,
+        added=sorted(f"{name}=={obs[name]}" for name in obs.keys() - ref.keys()),
+        removed=sorted(f"{name}=={ref[name]}" for name in ref.keys() - obs.keys()),
+        changed=[
+            PackageChange(name=name, reference=ref[name], observed=obs[name])
+            for name in sorted(ref.keys() & obs.keys())
+            if ref[name] != obs[name]
+        ],
+    )
+
+
+def parse_inventory(document: dict[str, Any]) -> Inventory:
+    """The inventory probe's JSON as a typed value; missing parts become recorded errors, not crashes."""
+    errors: list[str] = []
+    python = document.get("python") or {}
+    pip = document.get("pip") or {}
+    os_section = document.get("os") or {}
+    backend = document.get("backend") or {}
+    for name in ("pip", "os", "backend"):
+        section = document.get(name)
+        if isinstance(section, dict) and "error" in section:
+            errors.append(f"{name}: {section['error']}")
+    if pip.get("freeze_error"):
+        errors.append(f"pip freeze: {pip['freeze_error']}")
+    if pip.get("inspect_error"):
+        errors.append(f"pip inspect: {pip['inspect_error']}")
+    torch = backend.get("torch") or {}
+    return Inventory(
+        python_version=str(python.get("version", "unknown")),
+        python_executable=str(python.get("executable", "unknown")),
+        libc=str(python.get("libc", "")),
+        pip_freeze=[redact(line) for line in pip.get("freeze") or []],
+        pip_check=PipCheck(ok=bool(pip.get("check_ok")), lines=[redact(x) for x in pip.get("check_lines") or []]),
+        pip_inspect=pip.get("inspect"),
+        os_release=dict(os_section.get("release") or {}),
+        os_package_manager=os_section.get("package_manager"),
+        os_packages=dict(os_section.get("packages") or {}),
+        backend=BackendFacts(
+            cuda_toolkit=backend.get("cuda_toolkit"),
+            rocm=backend.get("rocm"),
+            torch=torch.get("version"),
+            torch_cuda=torch.get("cuda"),
+            torch_hip=torch.get("hip"),
+            env=dict(backend.get("env") or {}),
+        ),
+        errors=errors,
+    )

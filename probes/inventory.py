@@ -1,0 +1,141 @@
+"""Inventory probe: what the image actually contains. Runs inside the container with the image's Python.
+
+Standard library only at top level; every step reports failure as data, and the probe prints one JSON
+document and exits 0 when it managed to report (a failed check is data, not a crash).
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+PROBE_VERSION = 1
+
+
+def _run(args, timeout=300):
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "error": repr(exc)}
+    return {"ok": done.returncode == 0, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def pip_section():
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    freeze = _run(pip + ["freeze", "--all"])
+    inspect = _run(pip + ["inspect"])
+    check = _run(pip + ["check"])
+    section = {
+        "freeze": freeze["stdout"].splitlines() if freeze["ok"] else None,
+        "freeze_error": None if freeze["ok"] else (freeze.get("stderr") or freeze.get("error")),
+        "check_ok": check.get("returncode") == 0,
+        "check_lines": (check.get("stdout") or check.get("error") or "").splitlines(),
+        "inspect": None,
+        "inspect_error": None,
+    }
+    if inspect["ok"]:
+        try:
+            report = json.loads(inspect["stdout"])
+            section["inspect"] = {
+                "version": report.get("version"),
+                "pip_version": report.get("pip_version"),
+                "environment": report.get("environment"),
+                "installed": [
+                    {
+                        "name": item.get("metadata", {}).get("name"),
+                        "version": item.get("metadata", {}).get("version"),
+                        "requires_dist": item.get("metadata", {}).get("requires_dist", []),
+                        "installer": item.get("installer"),
+                        "direct_url": item.get("direct_url"),
+                        "requested": item.get("requested"),
+                    }
+                    for item in report.get("installed", [])
+                ],
+            }
+        except ValueError as exc:
+            section["inspect_error"] = "pip inspect printed no JSON: " + repr(exc)
+    else:
+        section["inspect_error"] = inspect.get("stderr") or inspect.get("error")
+    return section
+
+
+def os_section():
+    release = {}
+    for line in (_read("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key:
+            release[key] = value.strip().strip('"')
+    packages = {}
+    status = _read("/var/lib/dpkg/status")
+    if status is not None:
+        for block in status.split("\n\n"):
+            fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", block, flags=re.M))
+            if fields.get("Status", "").endswith(" installed") and "Package" in fields:
+                packages[fields["Package"]] = fields.get("Version", "")
+        manager = "dpkg"
+    else:
+        rpm = _run(["rpm", "-qa", "--queryformat", "%{NAME}\t%{VERSION}-%{RELEASE}\n"])
+        manager = "rpm" if rpm["ok"] else None
+        for line in (rpm.get("stdout") or "").splitlines():
+            name, _, version = line.partition("\t")
+            packages[name] = version
+    return {"release": release, "package_manager": manager, "packages": packages}
+
+
+def _torch_versions():
+    """torch's version strings, read from torch/version.py without importing torch (fast, no device init)."""
+    for entry in sys.path:
+        text = _read(os.path.join(entry, "torch", "version.py"))
+        if text is not None:
+            found = dict(re.findall(r"^(__version__|cuda|hip|git_version)\s*(?::\s*\S+)?\s*=\s*'?\"?([^'\"\n]*)", text, flags=re.M))
+            return {
+                "version": found.get("__version__"),
+                "cuda": None if found.get("cuda") in (None, "None") else found.get("cuda"),
+                "hip": None if found.get("hip") in (None, "None") else found.get("hip"),
+            }
+    return None
+
+
+def backend_section():
+    cuda_json = _read("/usr/local/cuda/version.json")
+    cuda_toolkit = None
+    if cuda_json:
+        try:
+            cuda_toolkit = json.loads(cuda_json).get("cuda", {}).get("version")
+        except ValueError:
+            cuda_toolkit = None
+    rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
+    env = {key: os.environ[key] for key in sorted(os.environ) if key.startswith(("CUDA_", "NV_", "NVIDIA_", "ROCM_", "HIP"))}
+    return {"cuda_toolkit": cuda_toolkit, "rocm": rocm, "env": env, "torch": _torch_versions()}
+
+
+def main():
+    result = {"probe": "inventory", "probe_version": PROBE_VERSION}
+    result["python"] = {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "machine": platform.machine(),
+        "libc": "-".join(platform.libc_ver()),
+    }
+    for name, section in (("pip", pip_section), ("os", os_section), ("backend", backend_section)):
+        try:
+            result[name] = section()
+        except Exception as exc:  # a probe reports, it does not crash
+            result[name] = {"error": repr(exc)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
