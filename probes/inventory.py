@@ -32,9 +32,9 @@ def _read(path):
 
 def pip_section():
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    freeze = _run(pip + ["freeze", "--all"])
-    inspect = _run(pip + ["inspect"])
-    check = _run(pip + ["check"])
+    freeze = _run([*pip, "freeze", "--all"])
+    inspect = _run([*pip, "inspect"])
+    check = _run([*pip, "check"])
     section = {
         "freeze": freeze["stdout"].splitlines() if freeze["ok"] else None,
         "freeze_error": None if freeze["ok"] else (freeze.get("stderr") or freeze.get("error")),
@@ -97,7 +97,8 @@ def _torch_versions():
     for entry in sys.path:
         text = _read(os.path.join(entry, "torch", "version.py"))
         if text is not None:
-            found = dict(re.findall(r"^(__version__|cuda|hip|git_version)\s*(?::\s*\S+)?\s*=\s*'?\"?([^'\"\n]*)", text, flags=re.M))
+            pattern = r"^(__version__|cuda|hip|git_version)\s*(?::\s*\S+)?\s*=\s*'?\"?([^'\"\n]*)"
+            found = dict(re.findall(pattern, text, flags=re.M))
             return {
                 "version": found.get("__version__"),
                 "cuda": None if found.get("cuda") in (None, "None") else found.get("cuda"),
@@ -115,7 +116,8 @@ def backend_section():
         except ValueError:
             cuda_toolkit = None
     rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
-    env = {key: os.environ[key] for key in sorted(os.environ) if key.startswith(("CUDA_", "NV_", "NVIDIA_", "ROCM_", "HIP"))}
+    prefixes = ("CUDA_", "NV_", "NVIDIA_", "ROCM_", "HIP")
+    env = {key: os.environ[key] for key in sorted(os.environ) if key.startswith(prefixes)}
     return {"cuda_toolkit": cuda_toolkit, "rocm": rocm, "env": env, "torch": _torch_versions()}
 
 

@@ -18,9 +18,8 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
         size = record.image.size_bytes / 1e9
         console.print(f"  image   {record.image.tag}  {record.image.id[:19]}  {size:.2f} GB")
     cache = record.cache
-    console.print(
-        f"  cache   {cache.cached}/{cache.steps} steps from the layer cache; build {record.durations_s.get('build', 0):.1f}s"
-    )
+    build_s = record.durations_s.get("build", 0.0)
+    console.print(f"  cache   {cache.cached}/{cache.steps} steps from the layer cache; build {build_s:.1f}s")
     if record.code.variant:
         console.print(f"  code    recorded variant {record.code.variant} (uncommitted changes)")
     if record.checks:
