@@ -97,7 +97,9 @@ def inspect_code(loaded: LoadedDossier) -> CodeState:
 def export_git_revision(folder: Path, revision: str, dest: Path) -> None:
     """The files of `folder` as they are in commit `revision` (a subfolder of the repository is fine)."""
     prefix = git("rev-parse", "--show-prefix", cwd=folder, check=True).stdout.decode().strip()
-    archive = git("archive", "--format=tar", f"{revision}:{prefix}" if prefix else revision, cwd=folder, check=True)
+    top = Path(git("rev-parse", "--show-toplevel", cwd=folder, check=True).stdout.decode().strip())
+    # From the top level: run in a subfolder, git archive would also filter the tree by that subfolder.
+    archive = git("archive", "--format=tar", f"{revision}:{prefix}" if prefix else revision, cwd=top, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
 

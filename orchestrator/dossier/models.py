@@ -99,7 +99,7 @@ class CodeSpec(StrictModel):
 
     @property
     def is_git_url(self) -> bool:
-        return self.source.startswith(("https://", "http://", "ssh://", "git://", "git@"))
+        return self.source.startswith(("https://", "http://", "ssh://", "git://", "file://", "git@"))
 
     @model_validator(mode="after")
     def _git_needs_revision(self) -> CodeSpec:

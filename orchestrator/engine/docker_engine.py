@@ -34,9 +34,13 @@ from orchestrator.errors import BaseImageMissing, EngineUnavailable, Environment
 from orchestrator.redact import redact
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+# The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
 # Lines that carry the cause of a failed RUN step, as pip, apt and shells print them.
 _ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|Traceback|\S+Error: )")
+# Error-looking lines that only give context; pip prints this one before the real error.
+_CONTEXT_ONLY = ("ERROR: Ignored the following versions",)
 
 
 def _env_map(env: Sequence[str] | None) -> dict[str, str]:
@@ -143,6 +147,14 @@ class DockerEngine:
             raise BaseImageMissing(f"pulling {ref} reported success but the image is not there")
         return pulled
 
+    def history(self, ref: str) -> list[str]:
+        """The instruction behind every layer (`docker history --no-trunc`), newest first."""
+        try:
+            layers: list[dict[str, Any]] = self._client.api.history(ref)  # type: ignore[no-untyped-call]
+            return [str(layer.get("CreatedBy", "")) for layer in layers]
+        except docker.errors.ImageNotFound:
+            raise EnvironmentFailure(f"image {ref} is not in the engine") from None
+
     def build(
         self,
         context_tar: IO[bytes],
@@ -176,14 +188,14 @@ class DockerEngine:
             for chunk in stream:
                 if "stream" in chunk:
                     for raw in str(chunk["stream"]).splitlines():
-                        line = redact(raw)
+                        line = redact(_ANSI.sub("", raw))
                         log.append(line)
                         if on_line is not None:
                             on_line(line)
                         match = _STEP.match(line)
                         if match:
                             step, step_errors = match.group("instruction"), []
-                        elif _ERROR_LINE.match(line.strip()):
+                        elif _ERROR_LINE.match(line.strip()) and not line.strip().startswith(_CONTEXT_ONLY):
                             step_errors.append(line.strip())
                 elif "error" in chunk:
                     error = redact(str(chunk["error"]).strip())

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from orchestrator import base_image
 from orchestrator.base_image import LABEL, BaseRecipe, ensure_base_image, image_changes
-from orchestrator.engine import BuildOutcome, EngineInfo, ImageInfo, RunOutcome, RunSpec
+from orchestrator.engine import BuildOutcome, EngineInfo, ImageInfo, Network, RunOutcome, RunSpec
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
 
 
@@ -28,11 +29,12 @@ class FakeEngine:
 
     def build(
         self,
-        context: Path,
+        context_tar: IO[bytes],
         tag: str,
         *,
-        network: bool,
+        network: Network,
         labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
         raise AssertionError("not used")
@@ -48,6 +50,12 @@ class FakeEngine:
 
     def close(self) -> None:
         return None
+
+    def pull(self, ref: str) -> ImageInfo:
+        raise AssertionError("not used")
+
+    def history(self, ref: str) -> list[str]:
+        raise AssertionError("not used")
 
 
 def _image(labels: dict[str, str]) -> ImageInfo:

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'cpu'.
-# Dossier identity: 342096140c10406e25121e1b46c9f9de400049a4b6fc836b7ce955679cf3d557
+# Dossier identity: 20c66b18f7ab3fb044ab4d573d026ab00e9db0ee04439f49a6b7d7ed938d0794
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -32,7 +32,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="342096140c10406e25121e1b46c9f9de400049a4b6fc836b7ce955679cf3d557" \
+      io.orch.dossier.identity="20c66b18f7ab3fb044ab4d573d026ab00e9db0ee04439f49a6b7d7ed938d0794" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

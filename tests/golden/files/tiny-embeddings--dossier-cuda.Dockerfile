@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda'.
-# Dossier identity: 4cbd136163ee4a351d74ce8e670bc8ab12b993e7d9fb2f2fccf96f3df4e7c175
+# Dossier identity: 4cfa418fbe463ff5c45e2ded9b0e83c42d7944f791462d1a3da67872a2f52ddd
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="4cbd136163ee4a351d74ce8e670bc8ab12b993e7d9fb2f2fccf96f3df4e7c175" \
+      io.orch.dossier.identity="4cfa418fbe463ff5c45e2ded9b0e83c42d7944f791462d1a3da67872a2f52ddd" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.platform="cuda" \

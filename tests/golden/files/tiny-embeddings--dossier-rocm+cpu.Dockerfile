@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-rocm', variant 'cpu'.
-# Dossier identity: c830d040693a7ee69d34139f7599bf7ece8e3232fa9568e768dc5b7155ad728b
+# Dossier identity: fc2ab51a4b1a1e17d4822923eefced1764ab8075edf2b072fe1dbd033c1c8d15
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -32,7 +32,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="c830d040693a7ee69d34139f7599bf7ece8e3232fa9568e768dc5b7155ad728b" \
+      io.orch.dossier.identity="fc2ab51a4b1a1e17d4822923eefced1764ab8075edf2b072fe1dbd033c1c8d15" \
       io.orch.dossier.name="tiny-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

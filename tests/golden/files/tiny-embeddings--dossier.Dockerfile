@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings'.
-# Dossier identity: 936b8e99c3a8bb791eac72edb7d8116ab5f008c255ce6b7911bafc85ec9488e0
+# Dossier identity: 85217ba7e46d9a651e2a93c30e48b4b5018168b4bd5f00df6b70b28e4d22c06c
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -32,7 +32,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="936b8e99c3a8bb791eac72edb7d8116ab5f008c255ce6b7911bafc85ec9488e0" \
+      io.orch.dossier.identity="85217ba7e46d9a651e2a93c30e48b4b5018168b4bd5f00df6b70b28e4d22c06c" \
       io.orch.dossier.name="tiny-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

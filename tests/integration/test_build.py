@@ -1,0 +1,228 @@
+"""`orch build` on the real engine: both install modes, the layer cache, failures, and secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.base_image import BaseOutcome
+from orchestrator.build import BuildOptions, ca_bundle_from_environment, read_record, run_build
+from orchestrator.build_record import BuildRecord
+from orchestrator.dossier.load import load_dossier
+from orchestrator.engine import Engine, RunSpec
+from orchestrator.wheelhouse import TargetPlatform, collect_wheels
+from tests.integration.local_index import serve_index
+from tests.paths import EXAMPLES
+
+TINY = EXAMPLES / "tiny-embeddings"
+CANARY_USER = "orch-canary-user"
+CANARY_SECRET = "canary-7f3a9c51e2"
+
+
+def _all_containers() -> set[str]:
+    client = docker.from_env()
+    try:
+        return {str(c.id) for c in client.containers.list(all=True)}
+    finally:
+        client.close()
+
+
+def _orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def cold_wheelhouse_build(
+    engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[BuildRecord, Path]:
+    out = tmp_path_factory.mktemp("wheelhouse-build")
+    record = run_build(load_dossier(TINY / "dossier.yaml"), engine, BuildOptions(out=out, no_cache=True))
+    return record, out
+
+
+@pytest.fixture(scope="module")
+def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The locked wheels, collected once for the loopback index tests."""
+    loaded = load_dossier(TINY / "dossier.yaml")
+    folder = tmp_path_factory.mktemp("wheels")
+    collect_wheels(loaded.lock, TargetPlatform("3.11", "2.36"), folder)
+    return sorted(folder.glob("*.whl"))
+
+
+def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: tuple[BuildRecord, Path]) -> None:
+    record, out = cold_wheelhouse_build
+    assert record.status == "passed", record.failure
+    assert record.context.network == "none", "the wheelhouse build ran with no network at all"
+    assert record.cache.cached == 0 and record.cache.steps > 0, "--no-cache: every layer was built"
+    assert len(record.context.wheels) == 11
+    assert record.image is not None
+    labels = record.image.labels
+    loaded = load_dossier(TINY / "dossier.yaml")
+    assert labels["io.orch.dossier.identity"] == loaded.identity
+    assert labels["io.orch.platform"] == "cpu" and labels["io.orch.backend.version"] == "none"
+    for key in ("created", "version", "base.name", "title"):
+        assert labels[f"org.opencontainers.image.{key}"], key
+    inventory = record.inventory
+    assert inventory is not None
+    assert inventory.python_version.startswith("3.11.")
+    assert "torch==2.13.0+cpu" in inventory.pip_freeze
+    assert inventory.pip_check.ok
+    assert inventory.os_package_manager == "dpkg" and "python3.11" in inventory.os_packages
+    assert inventory.backend.torch == "2.13.0+cpu" and inventory.backend.torch_cuda is None
+    assert all(check.passed for check in record.checks) and len(record.checks) == 4
+    assert read_record(out / "build.json") == record
+    assert "Step 1/" in (out / "build.log").read_text()
+    assert "torch==2.13.0+cpu" in (out / "pip-freeze.txt").read_text().splitlines()
+
+
+def test_warm_rebuild_reuses_every_layer(engine: Engine, cold_wheelhouse_build: tuple[BuildRecord, Path]) -> None:
+    first, out = cold_wheelhouse_build
+    again = run_build(load_dossier(TINY / "dossier.yaml"), engine, BuildOptions(out=out))
+    assert again.status == "passed"
+    assert again.cache.rebuilt == [] and again.cache.cached == again.cache.steps
+    assert again.image is not None and first.image is not None and again.image.id == first.image.id
+    assert again.context.digest == first.context.digest
+
+
+def test_code_change_rebuilds_only_the_code_layers(
+    engine: Engine, cold_wheelhouse_build: tuple[BuildRecord, Path], tiny_example: Path, tmp_path: Path
+) -> None:
+    embed = tiny_example / "app" / "embed.py"
+    embed.write_text(embed.read_text().replace('"embedded": len(ids)', '"embedded": len(ids), "edited": True'))
+    record = run_build(load_dossier(tiny_example / "dossier.yaml"), engine, BuildOptions(out=tmp_path / "out"))
+    assert record.status == "passed", record.failure
+    rebuilt = record.cache.rebuilt
+    assert rebuilt[0] == "COPY app /opt/app", rebuilt
+    assert not any("pip install" in step or step.startswith(("COPY wheels", "COPY --from")) for step in rebuilt)
+    assert record.cache.cached >= 6, "the venv, its wheels and the OS layers came from the cache"
+
+
+def test_online_build_through_the_proxy_gives_the_same_environment(
+    engine: Engine,
+    cold_wheelhouse_build: tuple[BuildRecord, Path],
+    torch_wheel: list[Path],
+    tiny_example: Path,
+    tmp_path: Path,
+) -> None:
+    """Online mode: pip in the build reaches PyPI through the intercepting proxy with the CA bundle, and
+    the CPU torch wheel from a find-links page on the host's loopback (hash-checked like the rest)."""
+    ca_bundle = ca_bundle_from_environment()
+    assert ca_bundle is not None, "these machines set PIP_CERT; an online build needs the proxy's CA"
+    torch = [path for path in torch_wheel if path.name.startswith("torch-")]
+    with serve_index(torch) as (url, state):
+        path = tiny_example / "dossier.yaml"
+        text = path.read_text().replace("install: wheelhouse", f"install: online\n  find_links: ['{url}/']")
+        # download.pytorch.org does not resolve here: without it pip spends no time on retries.
+        path.write_text(text.replace("  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n", ""))
+        record = run_build(
+            load_dossier(path), engine, BuildOptions(out=tmp_path / "out", ca_bundle=ca_bundle, network="host")
+        )
+    assert record.status == "passed", record.failure
+    assert record.context.install_mode == "online" and record.context.ca_bundle and record.context.wheels == []
+    assert any(p.startswith("/files/torch-2.13.0") for p in state.paths), "torch came from the loopback page"
+    wheelhouse_record, _ = cold_wheelhouse_build
+    assert wheelhouse_record.inventory is not None and record.inventory is not None
+    assert sorted(record.inventory.pip_freeze) == sorted(wheelhouse_record.inventory.pip_freeze)
+    assert record.image is not None
+    listing = engine.run(RunSpec(image=record.image.id, command=["sh", "-c", "ls /tmp/orch 2>&1; true"], timeout_s=60))
+    assert "No such file or directory" in listing.stdout, "the CA bundle stayed in the builder stage"
+
+
+def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    (tiny_example / "requirements-cpu.lock").write_text("numpy==0.0.0\n")
+    path = tiny_example / "dossier.yaml"
+    text = path.read_text().replace("install: wheelhouse", "install: online")
+    path.write_text(text.replace("  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n", ""))
+    before = _all_containers()
+    result = _orch("build", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error[verdict-failed]" in result.stderr and "Traceback" not in result.stderr
+    record = read_record(tmp_path / "out" / "build.json")
+    assert record.status == "failed" and record.image is None and record.failure is not None
+    assert record.failure.step is not None and "pip install" in record.failure.step
+    assert record.failure.first_error.startswith("ERROR:") and "numpy==0.0.0" in record.failure.first_error
+    assert record.failure.first_error in result.stderr
+    assert _all_containers() == before, "no dangling build containers"
+
+
+def test_a_canary_credential_never_leaves_the_host(
+    engine: Engine, base_image: BaseOutcome, torch_wheel: list[Path], tiny_example: Path, tmp_path: Path
+) -> None:
+    """A private index that needs credentials: wheelhouse mode, credentials named in the dossier."""
+    with serve_index(torch_wheel, credentials=f"{CANARY_USER}:{CANARY_SECRET}") as (url, state):
+        path = tiny_example / "dossier.yaml"
+        text = path.read_text().replace(
+            "  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n",
+            f"  use_pypi: false\n  indexes:\n    - url: {url}/simple\n      access: ORCH_CANARY_INDEX\n",
+        )
+        path.write_text(text)
+        out = tmp_path / "out"
+        result = _orch(
+            "build",
+            str(path),
+            "--out",
+            str(out),
+            env={"ORCH_CANARY_INDEX": f"{CANARY_USER}:{CANARY_SECRET}", "ORCH_CACHE_DIR": str(tmp_path / "cache")},
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert state.authorized_hits >= len(torch_wheel), "the wheels really came through the private index"
+    record = read_record(out / "build.json")
+    assert record.image is not None
+    places = {
+        "docker history --no-trunc": "\n".join(engine.history(record.image.id)),
+        "labels": json.dumps(record.image.labels),
+        "build.log": (out / "build.log").read_text(),
+        "build.json": (out / "build.json").read_text(),
+        "orch output": result.stdout + result.stderr,
+    }
+    places.update({str(p.relative_to(out)): p.read_bytes().decode("latin-1") for p in out.rglob("*") if p.is_file()})
+    for name, text in places.items():
+        assert CANARY_SECRET not in text, f"the canary secret leaked into {name}"
+        assert CANARY_USER not in text, f"the canary user leaked into {name}"
+
+
+def test_missing_base_image_points_to_orch_base(engine: Engine, tiny_example: Path, tmp_path: Path) -> None:
+    path = tiny_example / "dossier.yaml"
+    path.write_text(
+        path.read_text().replace(
+            "    ref: orch/debian-python:bookworm\n",
+            "    ref: orch/no-such-base:1\n    python: '3.11'\n    glibc: '2.36'\n",
+        )
+    )
+    result = _orch("build", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 3, result.stderr
+    assert "error[base-image-missing]" in result.stderr and "orch base" in result.stderr
+
+
+def test_unreachable_engine_is_exit_3(tmp_path: Path) -> None:
+    result = _orch(
+        "build",
+        str(TINY / "dossier.yaml"),
+        "--out",
+        str(tmp_path / "out"),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"},
+    )
+    assert result.returncode == 3
+    assert "error[engine-unreachable]" in result.stderr and "nothing.sock" in result.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_ca_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("ORCH_CA_BUNDLE", raising=False)
+    yield
