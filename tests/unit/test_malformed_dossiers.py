@@ -110,7 +110,12 @@ CASES = [
     # --- schema version and keys
     Case("missing-schema-version", _replace("dossier: 1\n", ""), "schema version"),
     Case("future-schema-version", _replace("dossier: 1\n", "dossier: 2\n"), "dossier: 1", line="dossier: 2"),
-    Case("unknown-top-level-key", _replace("name: tiny-embeddings", "nmae: tiny-embeddings"), "unknown key 'nmae'", "nmae:"),
+    Case(
+        "unknown-top-level-key",
+        _replace("name: tiny-embeddings", "nmae: tiny-embeddings"),
+        "unknown key 'nmae'",
+        "nmae:",
+    ),
     Case(
         "unknown-nested-key",
         _replace("  requirements: requirements-cpu.lock", "  requirement: requirements-cpu.lock"),
@@ -121,17 +126,26 @@ CASES = [
     Case("timeout-not-a-number", _replace("timeout_s: 300", "timeout_s: soon"), "expect.timeout_s", line="timeout_s:"),
     Case("shape-not-a-list", _replace("shape: [12, 16]", 'shape: "12x16"'), "expect.outputs[0].shape", line="shape:"),
     Case("negative-dimension", _replace("shape: [12, 16]", "shape: [12, -16]"), "non-negative"),
-    Case("name-not-an-identifier", _replace("name: tiny-embeddings", "name: Tiny Embeddings!"), "name", line="name: Tiny"),
+    Case(
+        "name-not-an-identifier", _replace("name: tiny-embeddings", "name: Tiny Embeddings!"), "name", line="name: Tiny"
+    ),
     Case("platform-unknown", _replace("platform: cpu", "platform: tpu"), "system.platform", line="platform: tpu"),
     Case("cpu-with-version", _replace("platform: cpu", 'platform: cpu\n  version: "12.4"'), "takes no 'version'"),
     Case("dtype-unknown", _replace("dtype: float32", "dtype: float31"), "expect.outputs[0].dtype", line="dtype:"),
-    Case("install-mode-unknown", _replace("install: wheelhouse", "install: offline"), "python.install", line="install: offline"),
+    Case(
+        "install-mode-unknown",
+        _replace("install: wheelhouse", "install: offline"),
+        "python.install",
+        line="install: offline",
+    ),
     Case("output-outside-folder", _replace("file: embeddings.npy", "file: ../embeddings.npy"), "inside the output"),
     Case("metric-unknown", _replace("metric: cosine", "metric: euclid"), "metric"),
     Case("cosine-out-of-range", _replace("min: 0.99999", "min: 2"), "less than or equal to 1"),
     Case("justification-too-short", _sub(r"justification: >-\n(?: {10}.*\n)+", "justification: ok\n"), "at least 10"),
     # --- hashes and credentials
-    Case("sha256-too-short", _replace("sha256: 3fc49c", "sha256: 3fc49"), "expect.inputs[0].sha256", line="sha256: 3fc49"),
+    Case(
+        "sha256-too-short", _replace("sha256: 3fc49c", "sha256: 3fc49"), "expect.inputs[0].sha256", line="sha256: 3fc49"
+    ),
     Case("sha256-uppercase", _replace("sha256: 3fc49c", "sha256: 3FC49C"), "expect.inputs[0].sha256"),
     Case(
         "credentials-in-index-url",
@@ -167,7 +181,9 @@ CASES = [
     ),
     # --- referenced files
     Case("missing-input-file", _delete("sample/sample.jsonl"), "does not exist", line="- path: sample/sample.jsonl"),
-    Case("missing-lock", _delete("requirements-cpu.lock"), "does not exist", line="requirements: requirements-cpu.lock"),
+    Case(
+        "missing-lock", _delete("requirements-cpu.lock"), "does not exist", line="requirements: requirements-cpu.lock"
+    ),
     Case("missing-code-folder", _delete("app"), "folder 'app' does not exist", line="source: app"),
     Case("missing-reference-output", _delete("reference/embeddings.npy"), "does not exist"),
     Case("entry-dossier-missing", _path("nope.yaml"), "no such file"),
@@ -215,7 +231,12 @@ CASES = [
         ),
         "cuda versions for torch 2.8: 12.6, 12.8, 12.9",
     ),
-    Case("python-does-not-fit-base", _replace('version: "3.11"', 'version: "3.12"'), "provides 3.11", line='version: "3.12"'),
+    Case(
+        "python-does-not-fit-base",
+        _replace('version: "3.11"', 'version: "3.12"'),
+        "provides 3.11",
+        line='version: "3.12"',
+    ),
     Case(
         "unknown-base-without-python",
         _replace("ref: orch/debian-python:bookworm", "ref: example.org/custom/image:1"),
