@@ -8,7 +8,6 @@ A failed build step is a verdict (exit 1) with the step and the first error; no 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -31,6 +30,7 @@ from orchestrator.build_record import (
     WheelRef,
 )
 from orchestrator.checks import Check
+from orchestrator.code_source import inspect_code
 from orchestrator.context import write_context
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, ImageInfo, Network, RunSpec
@@ -38,7 +38,7 @@ from orchestrator.errors import EnvironmentFailure
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.image_checks import image_checks
 from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan import LABEL_PREFIX, make_plan
+from orchestrator.plan import LABEL_PREFIX, make_plan, with_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
 
@@ -120,6 +120,19 @@ def run_inventory(engine: Engine, image: str) -> tuple[Inventory | None, str | N
         return None, f"the inventory probe printed no JSON document: {exc}"
 
 
+def _previous_inventory(path: Path, image_id: str) -> Inventory | None:
+    """An image id names its content: the inventory of the same id, read earlier, is still exact."""
+    if not path.is_file():
+        return None
+    try:
+        previous = read_record(path)
+    except (OSError, ValueError):
+        return None  # an older or damaged record: probe again
+    if previous.image is not None and previous.image.id == image_id and previous.inventory is not None:
+        return previous.inventory
+    return None
+
+
 def run_build(
     loaded: LoadedDossier,
     engine: Engine,
@@ -142,10 +155,7 @@ def run_build(
 
     stage("render")
     mark = time.monotonic()
-    plan = make_plan(loaded, ca_bundle=options.ca_bundle is not None)
-    rendered = write_context(loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache)
-    durations["render"] = time.monotonic() - mark
-    state = rendered.code
+    state = inspect_code(loaded)
     code = CodeRef(
         kind=state.kind,
         source=state.source,
@@ -154,22 +164,26 @@ def run_build(
         dirty_diff_sha256=state.diff_sha256,
         variant=state.variant,
     )
+    plan = with_labels(
+        make_plan(loaded, ca_bundle=options.ca_bundle is not None), _build_labels(engine, loaded, tag, code, base)
+    )
+    rendered = write_context(
+        loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
+    )
+    durations["render"] = time.monotonic() - mark
     network: Network = options.network or ("none" if plan.install_mode == "wheelhouse" else "default")
 
     stage("build")
     mark = time.monotonic()
-    labels = _build_labels(engine, loaded, tag, code, base)
-    with context_tar(rendered.directory) as tar:
-        digest = hashlib.sha256()
-        for chunk in iter(lambda: tar.read(1 << 20), b""):
-            digest.update(chunk)
-        tar.seek(0)
-        outcome = engine.build(tar, tag, network=network, labels=labels, no_cache=options.no_cache, on_line=on_line)
+    tar = context_tar(rendered.directory)
+    with tar.file:
+        outcome = engine.build(tar.file, tag, network=network, no_cache=options.no_cache, on_line=on_line)
     durations["build"] = time.monotonic() - mark
     atomic_write_text(out / "build.log", outcome.log)
 
     image_ref: ImageRef | None = None
     inventory: Inventory | None = None
+    inventory_source: str | None = None
     diff: InventoryDiff | None = None
     checks: list[Check] = []
     failure: BuildFailure | None = None
@@ -181,7 +195,12 @@ def run_build(
         image_ref = ImageRef(tag=tag, id=built.id, labels=dict(built.labels), size_bytes=built.size)
         stage("inventory")
         mark = time.monotonic()
-        inventory, probe_error = run_inventory(engine, built.id)
+        inventory = _previous_inventory(out / "build.json", built.id)
+        inventory_source = "previous build.json of the same image id"
+        probe_error = None
+        if inventory is None:
+            inventory, probe_error = run_inventory(engine, built.id)
+            inventory_source = "inventory probe"
         durations["inventory"] = time.monotonic() - mark
         if inventory is None:
             failure = BuildFailure(step="inventory probe", first_error=probe_error or "no inventory")
@@ -210,7 +229,7 @@ def run_build(
         image=image_ref,
         base_image=BaseImageRef(ref=loaded.base_image.from_line, id=base.id, digest=loaded.base_image.digest),
         context=ContextRef(
-            digest=digest.hexdigest(),
+            digest=tar.sha256,
             install_mode=plan.install_mode,
             network=network,
             ca_bundle=plan.ca_bundle,
@@ -222,6 +241,7 @@ def run_build(
         durations_s={key: round(value, 3) for key, value in durations.items()},
         checks=checks,
         inventory=inventory,
+        inventory_source=inventory_source,
         inventory_diff=diff,
     )
     write_record(out / "build.json", record)

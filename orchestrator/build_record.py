@@ -87,4 +87,7 @@ class BuildRecord(Frozen):
     durations_s: dict[str, float]
     checks: list[Check]
     inventory: Inventory | None
+    inventory_source: str | None = Field(
+        default=None, description="'inventory probe', or a previous build.json of the same image id (same content)."
+    )
     inventory_diff: InventoryDiff | None

@@ -6,7 +6,8 @@ check a whole plan from a dossier file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from orchestrator import __version__, vendor
 from orchestrator.dossier.coherence import ResolvedBaseImage
@@ -115,3 +116,12 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         uid=RUNTIME_UID,
         labels=tuple(sorted(labels.items())),
     )
+
+
+def with_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
+    """The plan with build-time labels (created, base id, revision) merged into its one LABEL instruction.
+
+    `orch render` shows the dossier's labels only; `orch build` adds these, still in a single LABEL step
+    rather than the one step per label that the engine's build-label option would add.
+    """
+    return replace(plan, labels=tuple(sorted({**dict(plan.labels), **extra}.items())))

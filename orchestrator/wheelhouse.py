@@ -90,13 +90,27 @@ def applies_to(requirement: LockedRequirement, target: TargetPlatform) -> bool:
     return Marker(requirement.marker).evaluate(target.marker_environment())
 
 
+def _verified(path: Path, digest: str) -> bool:
+    """True when `path` hashes to `digest`. The result is remembered next to the file, keyed by size and
+    mtime, so a 200 MB wheel is hashed once, not at every build; a changed file is hashed again."""
+    stat = path.stat()
+    stamp = path.with_name(path.name + ".verified")
+    key = f"{digest} {stat.st_size} {stat.st_mtime_ns}"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == key:
+        return True
+    if file_sha256(path) != digest:
+        return False
+    stamp.write_text(key, encoding="utf-8")
+    return True
+
+
 def _cached(cache: Path, requirement: LockedRequirement) -> tuple[Path, str] | None:
-    """The cached wheel for one of the requirement's hashes, re-hashed so a corrupted cache is not trusted."""
+    """The cached wheel for one of the requirement's hashes, checked so a corrupted cache is not trusted."""
     for digest in requirement.hashes:
         folder = cache / "wheels" / "sha256" / digest
         if folder.is_dir():
             files = [path for path in folder.iterdir() if path.suffix == ".whl"]
-            if files and file_sha256(files[0]) == digest:
+            if files and _verified(files[0], digest):
                 return files[0], digest
     return None
 

@@ -37,8 +37,9 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
-# Lines that carry the cause of a failed RUN step, as pip, apt and shells print them.
-_ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|Traceback|\S+Error: )")
+# Lines that carry the cause of a failed RUN step, as pip, apt, git and Python print them (for a Python
+# traceback, its last line: the exception, not "Traceback (most recent call last):").
+_ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|\S+(Error|Exception): )")
 # Error-looking lines that only give context; pip prints this one before the real error.
 _CONTEXT_ONLY = ("ERROR: Ignored the following versions",)
 

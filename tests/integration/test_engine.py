@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
+from orchestrator.build_context import context_tar
 from orchestrator.engine import Engine, connect
 from orchestrator.errors import EngineUnavailable
 
@@ -54,7 +55,9 @@ def test_a_failing_build_names_the_step_and_first_error(
     (tmp_path / "Dockerfile").write_text(
         f"FROM {base_image.ref}\nRUN echo preparing\nRUN python3 -c 'import no_such_module'\nRUN echo never\n"
     )
-    outcome = engine.build(tmp_path, "orch-test/failing:latest", network=False)
+    tar = context_tar(tmp_path)
+    with tar.file:
+        outcome = engine.build(tar.file, "orch-test/failing:latest", network="none")
     assert outcome.image_id is None
     assert outcome.failed_step == "RUN python3 -c 'import no_such_module'"
     assert outcome.first_error is not None and "ModuleNotFoundError" in outcome.first_error

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base_image import BaseOutcome
+from orchestrator.build_context import context_tar
 from orchestrator.context import write_context
 from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.engine import Engine, Mount, RunSpec
@@ -27,7 +28,9 @@ def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytes
     assert {path.name for path in context.directory.iterdir()} >= {"Dockerfile", "requirements.lock", "app", "wheels"}
     assert len(context.wheels) == len(loaded.lock.requirements)
     # network=False: the wheelhouse build must not need the network at all.
-    outcome = engine.build(context.directory, TAG, network=False)
+    tar = context_tar(context.directory)
+    with tar.file:
+        outcome = engine.build(tar.file, TAG, network="none")
     assert outcome.image_id is not None, f"build failed at {outcome.failed_step}: {outcome.first_error}"
     return outcome.image_id
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
 from pathlib import Path
@@ -52,11 +53,16 @@ def _tree(root: Path, mode: int, mtime: int) -> Path:
 def test_context_tar_is_normalised_and_reproducible(tmp_path: Path) -> None:
     one = _tree(tmp_path / "one", 0o600, 1_700_000_000)
     two = _tree(tmp_path / "two", 0o664, 1_600_000_000)
-    with context_tar(one) as a, context_tar(two) as b:
-        bytes_a, bytes_b = a.read(), b.read()
-    assert bytes_a == bytes_b, "the same files give the same tar, whatever their owner, mode bits or mtime"
-    with context_tar(one) as spool, tarfile.open(fileobj=spool) as tar:
-        members = {m.name: m for m in tar.getmembers()}
+    a, b = context_tar(one), context_tar(two)
+    with a.file, b.file:
+        assert a.file.read() == b.file.read(), "the same files give the same tar, whatever their modes or mtimes"
+    assert a.sha256 == b.sha256
+    again = context_tar(one)
+    with again.file:
+        assert hashlib.sha256(again.file.read()).hexdigest() == again.sha256, "the digest is of the bytes sent"
+        again.file.seek(0)
+        with tarfile.open(fileobj=again.file) as tar:
+            members = {m.name: m for m in tar.getmembers()}
     assert ".orch-render.json" not in members
     assert list(members) == ["app", "Dockerfile", "app/pkg", "app/data.txt", "app/link", "app/pkg/run.sh"]
     assert members["app/pkg/run.sh"].mode == 0o755 and members["app/data.txt"].mode == 0o644
