@@ -16,6 +16,11 @@ def templates_root() -> Traversable:
     return resources.files("orchestrator.templates").joinpath("dockerfiles")
 
 
+def report_templates_root() -> Traversable:
+    """The HTML report's templates (`templates/report/`), shipped beside the Dockerfile templates."""
+    return resources.files("orchestrator.templates").joinpath("report")
+
+
 def probes_root() -> Traversable:
     return resources.files("orchestrator.probes")
 

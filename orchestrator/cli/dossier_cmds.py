@@ -78,10 +78,9 @@ def schema(out: Path | None, fmt: str) -> None:
     from orchestrator.dossier.schema import dossier_json_schema, schema_markdown
     from orchestrator.fsutil import atomic_write_text
 
-    if fmt == "markdown":
-        text = schema_markdown()
-    else:
-        text = json.dumps(dossier_json_schema(), indent=2, sort_keys=True) + "\n"
+    text = (
+        schema_markdown() if fmt == "markdown" else json.dumps(dossier_json_schema(), indent=2, sort_keys=True) + "\n"
+    )
     if out is None:
         click.echo(text, nl=False)
     else:

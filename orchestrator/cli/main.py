@@ -15,6 +15,7 @@ from orchestrator import __version__
 from orchestrator.cli.base_cmd import base
 from orchestrator.cli.build_cmd import build
 from orchestrator.cli.dossier_cmds import render, schema, validate
+from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
 
@@ -30,6 +31,10 @@ cli.add_command(schema)
 cli.add_command(render)
 cli.add_command(base)
 cli.add_command(build)
+cli.add_command(probe)
+cli.add_command(rebuild)
+cli.add_command(doctor)
+cli.add_command(probe_host)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,8 +47,9 @@ def main(argv: list[str] | None = None) -> None:
 
         print_error(exc)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Containers are removed by the engine's `finally` blocks before we get here.
+        click.echo("Interrupted; orch removed the containers it had started.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.build_record import BuildRecord
+from orchestrator.doctor import Diagnosis
+from orchestrator.report.model import Report
 
 
 def print_build_summary(console: Console, record: BuildRecord, out: Path) -> None:
@@ -33,3 +35,66 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
     if record.failure is not None:
         console.print(f"  [red]failed at[/] {escape(record.failure.step or '?')}: {escape(record.failure.first_error)}")
     console.print(f"  record  {out / 'build.json'}")
+
+
+_STATUS = {
+    "passed": "[green]passed[/]",
+    "failed": "[red]failed[/]",
+    "skipped": "[dim]skipped[/]",
+    "not_run": "[yellow]not run[/]",
+}
+
+
+def print_report_summary(console: Console, report: Report, paths: dict[str, Path]) -> None:
+    verdict = "[green]✓ passed[/]" if report.verdict == "passed" else "[red]✗ failed[/]"
+    variant = f", variant {report.dossier.variant}" if report.dossier.variant else ""
+    console.print(f"{verdict} {escape(report.dossier.name)} ({report.dossier.platform}{variant})")
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
+    for column in ("stage", "status", "checks", "first error / reason"):
+        table.add_column(column)
+    for stage in report.stages.values():
+        passed = sum(1 for check in stage.checks if check.passed)
+        detail = f"{stage.first_error.step}: {stage.first_error.message}" if stage.first_error else (stage.reason or "")
+        table.add_row(stage.name, _STATUS[stage.status], f"{passed}/{len(stage.checks)}", escape(detail))
+    console.print(table)
+    for note in report.notes:
+        console.print(f"  note: {escape(note)}")
+    console.print(f"  report  {paths.get('html')}  (also .json, .md, junit.xml)")
+
+
+def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
+    host = diagnosis.host
+    nvidia = host.nvidia
+    console.print(f"kernel   {escape(host.kernel)}")
+    if nvidia:
+        console.print(
+            f"nvidia   driver {nvidia.driver_version} ({nvidia.source}), CUDA ≤ {nvidia.cuda_driver_version}, {len(nvidia.gpus)} GPU(s)"
+        )
+        for gpu in nvidia.gpus:
+            console.print(
+                f"         {gpu.index}: {escape(gpu.name)} cc {gpu.compute_capability} {gpu.memory_total_mib} MiB"
+            )
+    else:
+        console.print("nvidia   no NVIDIA driver found")
+    if host.amd:
+        console.print(
+            f"amd      driver {host.amd.driver_version}, ROCm {host.amd.rocm_version}, {len(host.amd.gpus)} GPU(s)"
+        )
+    else:
+        console.print("amd      no AMD GPU driver found" + (" (/dev/kfd present)" if host.kfd_present else ""))
+    if host.docker:
+        console.print(
+            f"docker   runtimes {', '.join(host.docker.runtimes)}; CDI devices: {', '.join(host.docker.cdi_devices) or 'none'}"
+        )
+    for note in host.notes:
+        console.print(f"  [dim]{escape(note)}[/]")
+    if diagnosis.dossier:
+        mark = "[green]✓ yes[/]" if diagnosis.can_run else "[red]✗ no[/]"
+        console.print(f"\ncan this host run {escape(diagnosis.dossier)} ({diagnosis.platform}) on its GPU? {mark}")
+        if diagnosis.compatibility:
+            console.print(
+                f"  compatibility  {diagnosis.compatibility.status}: {escape(diagnosis.compatibility.explanation)}"
+            )
+        console.print(f"  GPU mapping    {escape(diagnosis.gpu_mapping or 'none')}")
+        if diagnosis.reason:
+            console.print(f"  why            {escape(diagnosis.reason)}")

@@ -68,6 +68,13 @@ class RunSpec:
     mem_limit: str = "4g"
     pids_limit: int = 1024
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: NVIDIA GPUs through a device request: "all" (--gpus all), or CDI device names (nvidia.com/gpu=all).
+    nvidia_gpus: bool = False
+    cdi_devices: Sequence[str] = ()
+    #: Device nodes to pass through (AMD: /dev/kfd, /dev/dri) and numeric host group ids to add.
+    devices: Sequence[str] = ()
+    group_add: Sequence[str] = ()
+    shm_size: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import docker
 import docker.errors
+import docker.types
 import requests.exceptions
 
 from orchestrator.engine import (
@@ -227,6 +228,11 @@ class DockerEngine:
             str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
             for mount in spec.mounts
         }
+        device_requests = []
+        if spec.nvidia_gpus:
+            device_requests.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
+        if spec.cdi_devices:
+            device_requests.append(docker.types.DeviceRequest(driver="cdi", device_ids=list(spec.cdi_devices)))
         started = time.monotonic()
         container = None
         try:
@@ -243,6 +249,10 @@ class DockerEngine:
                 security_opt=["no-new-privileges"],
                 mem_limit=spec.mem_limit,
                 pids_limit=spec.pids_limit,
+                device_requests=device_requests or None,
+                devices=[f"{node}:{node}:rwm" for node in spec.devices] or None,
+                group_add=list(spec.group_add) or None,
+                shm_size=spec.shm_size,
                 detach=True,
             )
             container.start()
@@ -266,7 +276,15 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             raise EnvironmentFailure(f"image {spec.image} is not in the engine") from None
         except docker.errors.APIError as exc:
-            raise EnvironmentFailure(f"running a container of {spec.image} failed: {exc.explanation}") from None
+            # GPU mapping errors surface at start (HTTP 400 "could not select device driver ..."): name them.
+            explanation = str(exc.explanation)
+            if "could not select device driver" in explanation:
+                raise EnvironmentFailure(
+                    f"the Docker daemon cannot map NVIDIA GPUs: {explanation}",
+                    hint="Install the NVIDIA Container Toolkit on this host and restart dockerd "
+                    "(nvidia-ctk runtime configure --runtime=docker), or generate CDI specs (nvidia-ctk cdi generate).",
+                ) from None
+            raise EnvironmentFailure(f"running a container of {spec.image} failed: {explanation}") from None
         finally:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound):

@@ -1,0 +1,76 @@
+"""All host facts in one call: drivers (NVIDIA, AMD), the daemon's GPU support, and what AMD containers need
+mapped in (/dev/kfd, render nodes, the numeric `video`/`render` gids)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from orchestrator.engine import EngineInfo
+from orchestrator.host.amd import collect_amd
+from orchestrator.host.docker_gpu import collect_docker_gpu
+from orchestrator.host.facts import DockerGpuFacts, HostFacts
+from orchestrator.host.nvidia import collect_nvidia
+from orchestrator.host.tools import Runner, subprocess_runner
+
+
+def collect_host_facts(
+    engine_info: EngineInfo | None, root: Path = Path("/"), run: Runner = subprocess_runner
+) -> HostFacts:
+    """The machine as a GPU container will see it. Reads files under `root` and runs tools through `run`;
+    the CDI specs are read locally, so `engine_info` should describe the local daemon."""
+    notes: list[str] = []
+    nvidia, nvidia_notes = collect_nvidia(root, run)
+    amd, amd_notes = collect_amd(root, run)
+    notes += nvidia_notes + amd_notes
+    docker: DockerGpuFacts | None = None
+    if engine_info is None:
+        notes.append("Docker: no engine information, the daemon's GPU support is not known")
+    else:
+        docker, docker_notes = collect_docker_gpu(engine_info.runtimes, engine_info.cdi_spec_dirs, root)
+        notes += docker_notes
+    gids, group_note = read_group_gids(root, ("video", "render"))
+    if group_note:
+        notes.append(group_note)
+    return HostFacts(
+        kernel=platform.release(),
+        nvidia=nvidia,
+        amd=amd,
+        docker=docker,
+        kfd_present=(root / "dev/kfd").exists(),
+        dri_render_nodes=render_nodes(root),
+        video_gid=gids.get("video"),
+        render_gid=gids.get("render"),
+        notes=notes,
+    )
+
+
+def render_nodes(root: Path) -> list[str]:
+    """`/dev/dri/renderD*` as host paths (what `--device` takes), in minor-number order."""
+    found = [p for p in (root / "dev/dri").glob("renderD*") if p.name.removeprefix("renderD").isdigit()]
+    found.sort(key=lambda p: int(p.name.removeprefix("renderD")))
+    return [f"/dev/dri/{p.name}" for p in found]
+
+
+def parse_group_gids(text: str, names: tuple[str, ...]) -> dict[str, int]:
+    """The numeric gids of `names` in an /etc/group text (`name:password:gid:members`)."""
+    gids: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) < 3 or fields[0] not in names or fields[0] in gids:
+            continue  # comments, NIS "+" lines, malformed lines; the first entry of a name wins, as in getgrnam
+        try:
+            gids[fields[0]] = int(fields[2])
+        except ValueError:
+            continue
+    return gids
+
+
+def read_group_gids(root: Path, names: tuple[str, ...]) -> tuple[dict[str, int], str | None]:
+    # Numeric host gids, not names: the `render` gid inside an image (e.g. 109 in ROCm's Dockerfiles) often
+    # differs from the host's, and --group-add by name would resolve inside the container (gpu-domain §3.4).
+    try:
+        text = (root / "etc/group").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}, "/etc/group: not readable, the video/render gids are unknown"
+    return parse_group_gids(text, names), None

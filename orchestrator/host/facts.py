@@ -1,0 +1,86 @@
+"""Typed host facts, as the host probe reports them (the report's **host** section)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NvidiaGpu(Frozen):
+    index: int
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_mib: int | None = None
+    compute_capability: str | None = None  # "9.0"
+
+
+class NvidiaDriverFacts(Frozen):
+    #: Where the facts came from, best first: NVML, nvidia-smi, /sys/module, /proc/driver.
+    source: Literal["nvml", "nvidia-smi", "sysfs", "procfs"]
+    driver_version: str | None
+    #: The newest CUDA the driver supports (NVML / nvidia-smi banner), e.g. "12.4"; not a toolkit.
+    cuda_driver_version: str | None = None
+    kernel_module: Literal["open", "proprietary"] | None = None
+    gpus: list[NvidiaGpu] = Field(default_factory=list)
+
+
+class AmdGpu(Frozen):
+    node: int
+    gfx_target: str  # "gfx942"
+    vendor_id: int | None = None
+    device_id: int | None = None
+    unique_id: str | None = None
+    vram_bytes: int | None = None
+    name: str | None = None
+
+
+class AmdDriverFacts(Frozen):
+    source: Literal["amd-smi", "rocm-smi", "sysfs", "kfd"]
+    #: DKMS amdgpu version (/sys/module/amdgpu/version); None with the in-tree driver, which is not an error.
+    driver_version: str | None
+    rocm_version: str | None = None
+    gpus: list[AmdGpu] = Field(default_factory=list)
+
+
+class DockerGpuFacts(Frozen):
+    runtimes: list[str]
+    nvidia_runtime: bool
+    cdi_spec_dirs: list[str] = Field(default_factory=list)
+    cdi_devices: list[str] = Field(default_factory=list)  # e.g. "nvidia.com/gpu=all" found in CDI specs
+
+
+class HostFacts(Frozen):
+    kernel: str
+    nvidia: NvidiaDriverFacts | None
+    amd: AmdDriverFacts | None
+    docker: DockerGpuFacts | None
+    kfd_present: bool = False
+    dri_render_nodes: list[str] = Field(default_factory=list)
+    video_gid: int | None = None
+    render_gid: int | None = None
+    #: What each source said when it could not answer ("nvidia-smi: not found"), for the report.
+    notes: list[str] = Field(default_factory=list)
+
+
+CompatStatus = Literal[
+    "supported",  # driver ≥ the toolkit's bundled driver
+    "minor-version-compat",  # floor ≤ driver < bundled: runs, without PTX JIT and newer-driver APIs
+    "forward-compat-possible",  # driver too old, but a data-center GPU on an eligible branch with cuda-compat
+    "unsupported",  # driver too old
+    "no-driver",  # the image needs a GPU driver and the host has none
+    "not-applicable",  # CPU image
+    "unknown",  # the image states no requirement orch can read
+]
+
+
+class CompatVerdict(Frozen):
+    status: CompatStatus
+    explanation: str
+    image_requirement: str | None = None  # "cuda>=12.4" or "ROCm 6.2"
+    host_driver: str | None = None

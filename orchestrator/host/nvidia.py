@@ -1,0 +1,287 @@
+"""NVIDIA driver facts: NVML first, then `nvidia-smi`, then the kernel module's own files.
+
+NVML is the stable interface (the `nvidia-smi` man page says its output format may change); `nvidia-smi`
+covers hosts without the Python bindings; `/sys/module/nvidia/version` and `/proc/driver/nvidia/version`
+cover hosts with a driver but neither (minimal images, broken user space). Parsers are pure and tested
+on real output; the collector reads the machine only through `root` and the injected `run`.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from orchestrator.host.facts import NvidiaDriverFacts, NvidiaGpu
+from orchestrator.host.tools import Runner, run_tool, subprocess_runner
+
+KernelModule = Literal["open", "proprietary"]
+
+#: What the collector asks `nvidia-smi` for. `compute_cap` is asked separately: drivers of the 470 series
+#: and older reject the whole query with `"compute_cap" is not a valid field to query.` (gpu-domain §2.2).
+QUERY_FIELDS: tuple[str, ...] = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version")
+FULL_QUERY_FIELDS: tuple[str, ...] = (*QUERY_FIELDS, "compute_cap")
+
+SYS_MODULE_VERSION = "sys/module/nvidia/version"
+PROC_DRIVER_VERSION = "proc/driver/nvidia/version"
+
+# The version is the first dotted number after the word "Module": the proprietary line reads
+# "Kernel Module  550.54.14  <date>", the open one "Open Kernel Module for x86_64  580.95.05  Release Build".
+# A pattern anchored on "Kernel Module\s+" would miss the open module (gpu-domain §9, gotcha 1).
+_PROC_VERSION = re.compile(r"Module\b.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)")
+_DRIVER_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)*$")
+_BANNER_CUDA = re.compile(r"CUDA Version:\s*(\d+\.\d+)")
+# nvidia-smi's spellings of "no value": "[N/A]", "[Not Supported]", "N/A", and "[Unknown Error]" and kin.
+_NO_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+
+
+def parse_proc_version(text: str) -> tuple[str | None, KernelModule | None]:
+    """Driver version and module flavour from `/proc/driver/nvidia/version` (its `NVRM version:` line)."""
+    for line in text.splitlines():
+        if not line.startswith("NVRM version:"):
+            continue
+        match = _PROC_VERSION.search(line)
+        version = match.group(1) if match else None
+        # The open module's ID string is built as "NVIDIA UNIX Open Kernel Module for $(arch)"
+        # (open-gpu-kernel-modules: src/nvidia/Makefile); the proprietary one has no "Open".
+        flavour: KernelModule = "open" if "Open Kernel Module" in line else "proprietary"
+        return version, flavour
+    return None, None
+
+
+def parse_sys_module_version(text: str) -> str | None:
+    """`/sys/module/nvidia/version`: the bare version (`MODULE_VERSION(NV_VERSION_STRING)`), e.g. 550.54.14."""
+    version = text.strip()
+    return version if _DRIVER_VERSION.match(version) else None
+
+
+def parse_nvidia_smi_banner_cuda(text: str) -> str | None:
+    """The "CUDA Version: 12.4" of plain `nvidia-smi`: the newest CUDA the *driver* supports, not a toolkit."""
+    match = _BANNER_CUDA.search(text)
+    return match.group(1) if match else None
+
+
+def parse_nvidia_smi_csv(text: str, fields: Sequence[str] = FULL_QUERY_FIELDS) -> tuple[list[NvidiaGpu], str | None]:
+    """GPUs and driver version from `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`.
+
+    `fields` is the query's field list in order (default: index,name,uuid,pci.bus_id,memory.total,
+    driver_version,compute_cap); a row that does not fit it (an error line, a short row) is skipped.
+    """
+    gpus: list[NvidiaGpu] = []
+    driver: str | None = None
+    for position, row in enumerate(smi_csv_rows(text, fields)):
+        name = row.get("name")
+        if name is None:
+            continue
+        index = _to_int(row.get("index"))
+        gpus.append(
+            NvidiaGpu(
+                index=position if index is None else index,
+                name=name,
+                uuid=row.get("uuid"),
+                pci_bus_id=row.get("pci.bus_id"),
+                memory_total_mib=_to_int(_strip_unit(row.get("memory.total"), "MiB")),
+                compute_capability=row.get("compute_cap"),
+            )
+        )
+        driver = driver or row.get("driver_version")
+    return gpus, driver
+
+
+def parse_nvidia_smi_compute_caps(text: str) -> dict[int, str]:
+    """`--query-gpu=index,compute_cap`: GPU index → "9.0"; GPUs reporting [N/A] are left out."""
+    caps: dict[int, str] = {}
+    for row in smi_csv_rows(text, ("index", "compute_cap")):
+        index, cap = _to_int(row.get("index")), row.get("compute_cap")
+        if index is not None and cap is not None:
+            caps[index] = cap
+    return caps
+
+
+def smi_csv_rows(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
+    """Rows of nvidia-smi's CSV as field → value, "[N/A]"-style values as None."""
+    rows: list[dict[str, str | None]] = []
+    for cells in csv.reader(text.splitlines(), skipinitialspace=True):
+        if len(cells) != len(fields):
+            continue  # a blank or error line ("NVIDIA-SMI has failed because ..."), not a GPU
+        rows.append({field: _value(cell) for field, cell in zip(fields, cells, strict=True)})
+    return rows
+
+
+def _value(cell: str) -> str | None:
+    cell = cell.strip()
+    return None if not cell or _NO_VALUE.match(cell) else cell
+
+
+def _strip_unit(value: str | None, unit: str) -> str | None:
+    # Without `nounits` memory reads "81559 MiB"; accept both so a hand-run query parses too.
+    return value.removesuffix(unit).strip() if value is not None else None
+
+
+def _to_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def cuda_from_nvml_int(value: int) -> str | None:
+    """NVML's CUDA driver version integer (12040) as "12.4" (NVML_CUDA_DRIVER_VERSION_MAJOR/MINOR)."""
+    if value <= 0:
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+# -------------------------------------------------------------------------------------------- collector
+
+
+def collect_nvidia(
+    root: Path = Path("/"), run: Runner = subprocess_runner
+) -> tuple[NvidiaDriverFacts | None, list[str]]:
+    """The host's NVIDIA driver, from the best source that answers; notes say what each other source said."""
+    notes: list[str] = []
+    facts = _from_nvml(notes)
+    if facts is None:
+        facts = _from_nvidia_smi(run, notes)
+    proc_version, flavour = _read_proc_version(root)
+    if facts is None:
+        facts = _from_module_files(root, proc_version, flavour)
+    elif facts.kernel_module is None and flavour is not None:
+        # NVML and nvidia-smi do not say which kernel module is loaded; procfs does, when it is there.
+        facts = facts.model_copy(update={"kernel_module": flavour})
+    if facts is None:
+        notes.append(
+            f"NVIDIA: no driver found (looked at NVML, nvidia-smi, /{SYS_MODULE_VERSION}, /{PROC_DRIVER_VERSION})"
+        )
+    return facts, notes
+
+
+def _from_nvml(notes: list[str]) -> NvidiaDriverFacts | None:
+    try:
+        # nvidia-ml-py is optional, not a dependency: import it by name so that neither mypy nor the
+        # package needs it; a test inserts a fake into sys.modules.
+        nvml = importlib.import_module("pynvml")
+    except ImportError:
+        notes.append("NVML: the pynvml module (nvidia-ml-py) is not installed")
+        return None
+    nvml_error: type[BaseException] = getattr(nvml, "NVMLError", OSError)
+    try:
+        nvml.nvmlInit()
+    except (nvml_error, OSError) as error:  # e.g. NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_DRIVER_NOT_LOADED
+        notes.append(f"NVML: {_text(error) or type(error).__name__}")
+        return None
+    try:
+        return _read_nvml(nvml, nvml_error)
+    except (nvml_error, OSError) as error:
+        notes.append(f"NVML: {_text(error) or type(error).__name__}")
+        return None
+    finally:
+        _quietly(nvml.nvmlShutdown, nvml_error)
+
+
+def _read_nvml(nvml: ModuleType, nvml_error: type[BaseException]) -> NvidiaDriverFacts:
+    get_cuda = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or nvml.nvmlSystemGetCudaDriverVersion
+    cuda_int = _quietly(get_cuda, nvml_error)
+    gpus = []
+    for index in range(int(nvml.nvmlDeviceGetCount())):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        gpus.append(_nvml_gpu(nvml, nvml_error, index, handle))
+    return NvidiaDriverFacts(
+        source="nvml",
+        driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
+        cuda_driver_version=cuda_from_nvml_int(int(cuda_int)) if cuda_int is not None else None,
+        gpus=gpus,
+    )
+
+
+def _nvml_gpu(nvml: ModuleType, nvml_error: type[BaseException], index: int, handle: Any) -> NvidiaGpu:
+    # Each per-GPU query may be unsupported on some GPU or driver (NVML_ERROR_NOT_SUPPORTED): such a field
+    # stays None instead of losing the GPU.
+    memory = _quietly(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total, nvml_error)
+    capability = _quietly(lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), nvml_error)
+    return NvidiaGpu(
+        index=index,
+        name=_text(nvml.nvmlDeviceGetName(handle)) or f"GPU {index}",
+        uuid=_text(_quietly(lambda: nvml.nvmlDeviceGetUUID(handle), nvml_error)),
+        pci_bus_id=_text(_quietly(lambda: nvml.nvmlDeviceGetPciInfo(handle).busId, nvml_error)),
+        memory_total_mib=int(memory) // (1024 * 1024) if memory is not None else None,
+        compute_capability=f"{capability[0]}.{capability[1]}" if capability is not None else None,
+    )
+
+
+def _quietly(call: Any, error: type[BaseException]) -> Any:
+    try:
+        return call()
+    except error:
+        return None
+
+
+def _text(value: Any) -> str | None:
+    """NVML strings: str in current bindings, bytes in very old ones (gpu-domain §2.3)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").strip("\x00 ")
+    return str(value).strip()
+
+
+def _from_nvidia_smi(run: Runner, notes: list[str]) -> NvidiaDriverFacts | None:
+    answer = run_tool(run, ["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"])
+    if answer.stdout is None:
+        notes.append(answer.note or "nvidia-smi: no answer")
+        return None
+    gpus, driver = parse_nvidia_smi_csv(answer.stdout, QUERY_FIELDS)
+    if driver is None:
+        notes.append(f"nvidia-smi: no GPU rows in its answer ({_first_words(answer.stdout)})")
+        return None
+    caps = _nvidia_smi_compute_caps(run, notes)
+    gpus = [gpu.model_copy(update={"compute_capability": caps.get(gpu.index)}) for gpu in gpus]
+    banner = run_tool(run, ["nvidia-smi"])
+    if banner.note:
+        notes.append(banner.note)
+    cuda = parse_nvidia_smi_banner_cuda(banner.stdout or "")
+    return NvidiaDriverFacts(source="nvidia-smi", driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
+
+
+def _nvidia_smi_compute_caps(run: Runner, notes: list[str]) -> dict[int, str]:
+    answer = run_tool(run, ["nvidia-smi", "--query-gpu=index,compute_cap", "--format=csv,noheader,nounits"])
+    if answer.stdout is None:
+        notes.append(f"compute capability not read: {answer.note}")
+        return {}
+    return parse_nvidia_smi_compute_caps(answer.stdout)
+
+
+def _first_words(text: str) -> str:
+    return text.strip()[:120] or "empty output"
+
+
+def _read_proc_version(root: Path) -> tuple[str | None, KernelModule | None]:
+    text = _read(root / PROC_DRIVER_VERSION)
+    return parse_proc_version(text) if text is not None else (None, None)
+
+
+def _from_module_files(root: Path, proc_version: str | None, flavour: KernelModule | None) -> NvidiaDriverFacts | None:
+    # /sys/module first: it is the bare version, the same for both module flavours.
+    text = _read(root / SYS_MODULE_VERSION)
+    sys_version = parse_sys_module_version(text) if text is not None else None
+    if sys_version is not None:
+        return NvidiaDriverFacts(source="sysfs", driver_version=sys_version, kernel_module=flavour)
+    if proc_version is not None or flavour is not None:
+        return NvidiaDriverFacts(source="procfs", driver_version=proc_version, kernel_module=flavour)
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:  # absent, or unreadable for this user: both mean "this source has nothing"
+        return None

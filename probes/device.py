@@ -1,0 +1,165 @@
+"""Device probe: what torch sees inside the container, and a small real computation on the device.
+
+Standard library at top level; torch is imported inside, and every failure is reported as data. Reads
+the expectation from ORCH_PROBE_EXPECT (JSON: platform, version); prints one JSON document; exits 0
+when it managed to report. Also runs on a host without Docker ("host mode") with the host's Python.
+
+torch.version.cuda and torch.version.hip are recorded separately: on ROCm, torch answers through
+torch.cuda too, so the API name proves nothing.
+"""
+
+import glob
+import json
+import os
+import platform
+import time
+
+PROBE_VERSION = 1
+# Tolerances for device vs CPU results (float32, TF32 off): a few ulps of accumulated rounding over a
+# 256-long dot product, with margin; a wrong kernel is off by orders of magnitude more.
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def _visible_nodes():
+    nodes = {
+        "nvidia": sorted(glob.glob("/dev/nvidia[0-9]*")),
+        "nvidiactl": os.path.exists("/dev/nvidiactl"),
+        "kfd": os.path.exists("/dev/kfd"),
+        "dri_render": sorted(glob.glob("/dev/dri/renderD*")),
+    }
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            nodes["proc_driver_nvidia"] = handle.readline().strip()
+    except OSError:
+        nodes["proc_driver_nvidia"] = None
+    return nodes
+
+
+def _env():
+    keys = (
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_VERSION",
+        "NVIDIA_REQUIRE_CUDA",
+        "CUBLAS_WORKSPACE_CONFIG",
+    )
+    return {key: os.environ.get(key) for key in keys if key in os.environ}
+
+
+def _compute(torch, device):
+    """A matmul (cuBLAS/hipBLAS) and a convolution (cuDNN/MIOpen) on `device`, compared with the CPU."""
+    result = {"device": str(device), "rtol": RTOL, "atol": ATOL}
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(256, 256, generator=generator)
+    b = torch.randn(256, 256, generator=generator)
+    images = torch.randn(2, 3, 32, 32, generator=generator)
+    kernels = torch.randn(8, 3, 3, 3, generator=generator)
+    # The reference is the same computation in float64 on the CPU; the probe runs float32 on `device`.
+    cases = (
+        ("matmul", lambda d, t: a.to(d, t) @ b.to(d, t)),
+        ("conv2d", lambda d, t: torch.nn.functional.conv2d(images.to(d, t), kernels.to(d, t), padding=1)),
+    )
+    for name, run in cases:
+        started = time.perf_counter()
+        try:
+            reference = run("cpu", torch.float64)
+            observed = run(device, torch.float32)
+            if str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+            observed = observed.cpu().double()
+            diff = (observed - reference).abs()
+            allowed = ATOL + RTOL * reference.abs()
+            result[name] = {
+                "ok": bool((diff <= allowed).all()) and bool(torch.isfinite(observed).all()),
+                "max_abs_diff": float(diff.max()),
+                "seconds": round(time.perf_counter() - started, 4),
+            }
+        except Exception as exc:  # a failed kernel is data: "no kernel image is available" and friends
+            result[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return result
+
+
+def main():
+    expect = json.loads(os.environ.get("ORCH_PROBE_EXPECT") or "{}")
+    report = {
+        "probe": "device",
+        "probe_version": PROBE_VERSION,
+        "expect": expect,
+        "python": platform.python_version(),
+        "visible": _visible_nodes(),
+        "env": _env(),
+    }
+    try:
+        import torch
+    except Exception as exc:
+        report["torch_error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(report))
+        return
+    report["torch"] = {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+    }
+    try:
+        report["torch"]["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception as exc:
+        report["torch"]["cudnn"] = f"error: {exc!r}"
+    try:
+        available = torch.cuda.is_available()
+        count = torch.cuda.device_count() if available else 0
+    except Exception as exc:
+        available, count = False, 0
+        report["cuda_error"] = f"{type(exc).__name__}: {exc}"
+    report["accelerator"] = {"available": available, "device_count": count}
+    try:
+        report["arch_list"] = torch.cuda.get_arch_list()
+    except Exception:
+        report["arch_list"] = []
+    devices = []
+    for index in range(count):
+        try:
+            props = torch.cuda.get_device_properties(index)
+            arch = getattr(props, "gcnArchName", None)
+            capability = f"{props.major}.{props.minor}"
+            devices.append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "capability": capability,
+                    "gcn_arch": arch if report["torch"]["hip"] else None,
+                    "total_memory": props.total_memory,
+                    "multiprocessors": props.multi_processor_count,
+                    # A wheel without kernels for this GPU fails at the first launch: say it before.
+                    "arch_supported": _arch_supported(
+                        report["arch_list"], capability, arch, bool(report["torch"]["hip"])
+                    ),
+                }
+            )
+        except Exception as exc:
+            devices.append({"index": index, "error": f"{type(exc).__name__}: {exc}"})
+    report["devices"] = devices
+    platform_expected = expect.get("platform", "cpu")
+    if platform_expected == "cpu":
+        report["compute"] = _compute(torch, "cpu")
+    elif available and count:
+        report["compute"] = _compute(torch, "cuda:0")
+    print(json.dumps(report))
+
+
+def _arch_supported(arch_list, capability, gcn_arch, is_hip):
+    if not arch_list:
+        return None
+    if is_hip:
+        base = (gcn_arch or "").split(":")[0]
+        return base in arch_list
+    major, minor = capability.split(".")
+    wanted = f"sm_{major}{minor}"
+    # PTX for an older compute capability of the same major can be JIT-compiled by the driver.
+    return wanted in arch_list or any(a.startswith("compute_" + major) for a in arch_list)
+
+
+if __name__ == "__main__":
+    main()

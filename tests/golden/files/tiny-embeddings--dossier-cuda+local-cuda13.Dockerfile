@@ -1,0 +1,48 @@
+# Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'local-cuda13'.
+# Dossier identity: bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716
+# Do not edit: change the dossier and run `orch render` again.
+# The base image is not pinned by a registry digest.
+
+# ---- builder: the virtual environment, built with tools that never reach the final image ----
+FROM orch/debian-python:bookworm AS builder
+
+RUN python3.11 -m venv /opt/venv
+COPY requirements.lock /tmp/orch/requirements.lock
+# Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
+COPY wheels /tmp/orch/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/wheels --require-hashes \
+      -r /tmp/orch/requirements.lock
+
+# ---- final image: runtime OS packages, the venv, the code ----
+FROM orch/debian-python:bookworm
+
+# The sample runs as an unprivileged user with a fixed uid, so mounted output folders are predictable.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/orch orch
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=0
+# The NVIDIA runtime (or CDI) mounts the driver for these capabilities; cuBLAS needs a fixed
+# workspace for deterministic results, set before CUDA initialises.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    CUBLAS_WORKSPACE_CONFIG=:4096:8
+
+COPY app /opt/app
+WORKDIR /opt/app
+USER 10001:10001
+
+LABEL io.orch.backend.version="13.0" \
+      io.orch.dossier.identity="bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716" \
+      io.orch.dossier.name="tiny-embeddings-cuda" \
+      io.orch.install.mode="wheelhouse" \
+      io.orch.platform="cuda" \
+      io.orch.python.version="3.11" \
+      io.orch.torch.version="2.14.1" \
+      io.orch.variant="local-cuda13" \
+      io.orch.version="0.1.0" \
+      org.opencontainers.image.base.name="orch/debian-python:bookworm" \
+      org.opencontainers.image.description="Character-trigram embeddings from a fixed-seed torch model, on an NVIDIA GPU (CUDA 12.4)." \
+      org.opencontainers.image.title="tiny-embeddings-cuda"

@@ -1,0 +1,221 @@
+"""`orch probe` on the real engine, CPU-only machine: four layers, real checks, real failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.base_image import BaseOutcome
+from orchestrator.build import BuildOptions, run_build
+from orchestrator.dossier.load import load_dossier
+from orchestrator.engine import Engine
+from orchestrator.probe import ProbeOptions, run_probe
+from orchestrator.report.model import Report
+from orchestrator.report.write import read_report
+from tests.paths import EXAMPLES
+
+TINY = EXAMPLES / "tiny-embeddings"
+
+
+def _all_containers() -> set[str]:
+    client = docker.from_env()
+    try:
+        return {str(c.id) for c in client.containers.list(all=True)}
+    finally:
+        client.close()
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, check=False, timeout=1800
+    )
+
+
+def _build_and_probe(engine: Engine, dossier: Path, out: Path, variant: str | None = None) -> Report:
+    loaded = load_dossier(dossier, variant=variant)
+    record = run_build(loaded, engine, BuildOptions(out=out))
+    assert record.image is not None, record.failure
+    return run_probe(loaded, engine, ProbeOptions(out=out))
+
+
+@pytest.fixture(scope="module")
+def cpu_report(
+    engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("rebuild-cpu")
+    before = _all_containers()
+    result = _orch("rebuild", str(TINY / "dossier.yaml"), "--out", str(out))
+    assert _all_containers() == before, "orch rebuild left containers behind"
+    return out, result
+
+
+def test_cpu_example_passes_all_four_stages(cpu_report: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, result = cpu_report
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = read_report(out / "report.json")
+    assert report.verdict == "passed"
+    assert [(name, stage.status) for name, stage in report.stages.items()] == [
+        ("image", "passed"),
+        ("host", "passed"),
+        ("device", "passed"),
+        ("sample", "passed"),
+    ]
+    sample = {check.name: check for check in report.stage("sample").checks}
+    assert sample["embeddings: cosine vs reference/embeddings.npy"].observed.startswith("min cosine = 1")
+    assert sample["embeddings: identifiers"].observed == "12 ids, same order"
+    assert sample["input sample/sample.jsonl fingerprint"].passed
+    device = {check.name: check for check in report.stage("device").checks}
+    assert device["matmul on cpu matches float64"].passed and device["torch is a CPU build"].passed
+    determinism = report.stage("sample").facts["determinism"]
+    assert determinism["deterministic_algorithms"] is True and determinism["tf32_matmul"] is False
+    assert (out / "sample-output" / "embeddings.npy").read_bytes() == (
+        TINY / "reference" / "embeddings.npy"
+    ).read_bytes()
+    junit = ET.parse(out / "junit.xml").getroot()
+    assert int(junit.get("failures", "-1")) == 0 and int(junit.get("tests", "0")) >= 15
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+
+
+def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
+    engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The app's CUDA dossier, built for real on the local base (torch 2.14.1 + its CUDA 13 wheels)."""
+    out = tmp_path_factory.mktemp("cuda13")
+    before = _all_containers()
+    report = _build_and_probe(engine, TINY / "dossier-cuda.yaml", out, variant="local-cuda13")
+    assert _all_containers() == before
+    stages = report.stages
+    assert stages["image"].status == "passed", stages["image"].first_error
+    image = {check.name: check for check in stages["image"].checks}
+    assert image["torch build matches platform"].observed.startswith("torch 2.14.1, cuda=13.0")
+    assert stages["host"].status == "failed"
+    host = {check.name: check for check in stages["host"].checks}
+    assert host["NVIDIA driver present"].observed == "no NVIDIA driver found"
+    assert host["driver supports the image's CUDA"].observed == "no-driver"
+    assert stages["device"].status == "failed"
+    device = {check.name: check for check in stages["device"].checks}
+    assert device["torch is a CUDA build"].passed, "the CUDA build is there..."
+    visible = device["NVIDIA GPU visible in the container"]
+    assert not visible.passed and "torch sees 0 device(s)" in visible.observed, "...but no GPU to run it on"
+    assert stages["sample"].status == "not_run"
+    assert stages["sample"].reason is not None and "device stage failed" in stages["sample"].reason
+    assert report.verdict == "failed"
+
+
+def test_rocm_expectation_fails_at_device_with_no_amd_driver(
+    engine: Engine, cpu_report: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """No ROCm torch can be fetched here: the ROCm dossier probes the CPU image, and must refuse it."""
+    cpu_image = read_report(cpu_report[0] / "report.json").image
+    assert cpu_image is not None
+    result = _orch("probe", str(TINY / "dossier-rocm.yaml"), "--image", cpu_image.id, "--out", str(tmp_path))
+    assert result.returncode == 1
+    report = read_report(tmp_path / "report.json")
+    host = {check.name: check for check in report.stage("host").checks}
+    assert host["AMD GPU driver present"].observed == "no AMD GPU driver found"
+    device = {check.name: check for check in report.stage("device").checks}
+    assert not device["torch is a ROCm/HIP build"].passed
+    assert "/dev/kfd absent" in device["AMD GPU visible in the container"].observed
+    assert report.stage("sample").status == "not_run"
+
+
+def test_cpu_variant_runs_on_the_cpu_and_says_so(engine: Engine, base_image: BaseOutcome, tmp_path: Path) -> None:
+    report = _build_and_probe(engine, TINY / "dossier-cuda.yaml", tmp_path, variant="cpu")
+    assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
+    assert report.dossier.variant == "cpu" and report.dossier.platform == "cpu"
+    assert any("variant 'cpu'" in note and "not the reference's cuda" in note for note in report.notes)
+
+
+def test_perturbed_reference_fails_the_sample_naming_metric_and_values(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    reference = tiny_example / "reference" / "embeddings.npy"
+    raw = bytearray(reference.read_bytes())
+    raw[-64:] = bytes(64)  # the last row's 16 float32 values become 0: cosine undefined → nan, then 1 row off
+    raw[-128:-64] = raw[-192:-128]  # row 11 becomes a copy of row 10
+    reference.write_bytes(bytes(raw))
+    report = _build_and_probe(engine, tiny_example / "dossier.yaml", tmp_path)
+    sample = report.stage("sample")
+    assert sample.status == "failed" and sample.first_error is not None
+    assert sample.first_error.step == "embeddings: cosine vs reference/embeddings.npy"
+    assert "expected cosine ≥ 0.99999 for every row, observed min cosine = " in sample.first_error.message
+    assert report.stage("device").status == "passed"
+
+
+def test_nan_in_an_output_fails_finiteness(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    embed = tiny_example / "app" / "embed.py"
+    with_nan = "np.where(np.arange(embeddings.numel()).reshape(embeddings.shape) == 5, np.nan, embeddings.numpy())"
+    embed.write_text(
+        embed.read_text().replace("embeddings.numpy().astype(np.float32)", with_nan + ".astype(np.float32)")
+    )
+    report = _build_and_probe(engine, tiny_example / "dossier.yaml", tmp_path)
+    failed = {check.name: check for check in report.stage("sample").checks if not check.passed}
+    assert failed["embeddings: finite"].observed == "1 NaN/Inf values"
+
+
+def test_wrong_weights_hash_fails_before_the_sample_runs(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    (tiny_example / "weights.bin").write_bytes(b"not the weights the reference used")
+    dossier = tiny_example / "dossier.yaml"
+    dossier.write_text(
+        dossier.read_text().replace(
+            "python:\n",
+            f"weights:\n  - name: tiny\n    path: weights.bin\n    sha256: {'ab' * 32}\n    provenance: a test\npython:\n",
+            1,
+        )
+    )
+    report = _build_and_probe(engine, dossier, tmp_path)
+    sample = report.stage("sample")
+    assert sample.status == "failed" and sample.first_error is not None
+    assert sample.first_error.step == "weights tiny fingerprint"
+    assert sample.facts == {"ran": False}
+    assert not (tmp_path / "sample.log").exists(), "the sample command never started"
+
+
+def test_a_hanging_sample_is_stopped_at_its_timeout(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    dossier = tiny_example / "dossier.yaml"
+    text = dossier.read_text().replace("timeout_s: 300", "timeout_s: 3")
+    dossier.write_text(
+        text.replace("command: [python, embed.py,", "command: [python, -c, 'import time; time.sleep(120)', embed.py,")
+    )
+    before = _all_containers()
+    report = _build_and_probe(engine, dossier, tmp_path)
+    assert _all_containers() == before
+    sample = report.stage("sample")
+    assert sample.status == "failed" and sample.first_error is not None
+    assert sample.first_error.message == "stopped at its timeout of 3s"
+    assert sample.duration_s < 60
+
+
+def test_probe_without_an_image_points_to_orch_build(tiny_example: Path, tmp_path: Path) -> None:
+    (tiny_example / "sample" / "ids.json").write_text('["s01"]')  # a new identity: no image has it
+    result = _orch("probe", str(tiny_example / "dossier.yaml"), "--out", str(tmp_path))
+    assert result.returncode == 3 and "orch build" in result.stderr
+
+
+def test_doctor_says_this_host_cannot_run_a_cuda_dossier() -> None:
+    result = _orch("doctor", str(TINY / "dossier-cuda.yaml"))
+    assert result.returncode == 1
+    assert "no NVIDIA driver found" in result.stdout and "can this host run" in result.stdout
+    facts = _orch("doctor", "--json")
+    assert facts.returncode == 0 and json.loads(facts.stdout)["host"]["nvidia"] is None
+
+
+@pytest.mark.gpu
+def test_host_mode_on_a_gpu_machine() -> None:
+    """Only on a machine with an NVIDIA GPU and torch (ORCH_GPU_PYTHON names its interpreter)."""
+    python = os.environ["ORCH_GPU_PYTHON"]
+    result = _orch("probe-host", "--platform", "cuda", "--python", python, "--out", "/tmp/orch-gpu-host-mode")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from orchestrator.dossier.load import load_dossier
+from orchestrator.engine import ImageInfo
+from orchestrator.host.facts import DockerGpuFacts, HostFacts, NvidiaDriverFacts, NvidiaGpu
+from orchestrator.probe import host_stage, plan_gpu_mapping
+from tests.paths import EXAMPLES
+
+TINY = EXAMPLES / "tiny-embeddings"
+
+
+def _host(**kwargs: object) -> HostFacts:
+    base: dict[str, object] = {
+        "kernel": "6.8.0",
+        "nvidia": None,
+        "amd": None,
+        "docker": DockerGpuFacts(runtimes=["runc"], nvidia_runtime=False),
+    }
+    base.update(kwargs)
+    return HostFacts.model_validate(base)
+
+
+def _image(env: dict[str, str]) -> ImageInfo:
+    return ImageInfo(id="sha256:" + "1" * 64, tags=(), labels={}, env=env, repo_digests=(), size=0)
+
+
+H100 = NvidiaGpu(index=0, name="NVIDIA H100 80GB HBM3", compute_capability="9.0")
+
+
+def test_gpu_mapping_per_platform() -> None:
+    assert plan_gpu_mapping("cpu", _host()).description == "none (CPU platform)"
+    none = plan_gpu_mapping("cuda", _host())
+    assert not none.nvidia_gpus and "no nvidia runtime" in none.description
+    runtime = plan_gpu_mapping("cuda", _host(docker=DockerGpuFacts(runtimes=["nvidia", "runc"], nvidia_runtime=True)))
+    assert runtime.nvidia_gpus
+    cdi = plan_gpu_mapping(
+        "cuda",
+        _host(
+            docker=DockerGpuFacts(
+                runtimes=["runc"], nvidia_runtime=False, cdi_devices=["nvidia.com/gpu=0", "nvidia.com/gpu=all"]
+            )
+        ),
+    )
+    assert cdi.cdi_devices == ("nvidia.com/gpu=all",)
+    amd = plan_gpu_mapping(
+        "rocm", _host(kfd_present=True, dri_render_nodes=["/dev/dri/renderD128"], video_gid=44, render_gid=109)
+    )
+    assert amd.devices == ("/dev/kfd", "/dev/dri/renderD128") and amd.group_add == ("44", "109")
+    assert "/dev/kfd does not exist" in plan_gpu_mapping("rocm", _host()).description
+
+
+def test_host_stage_explains_an_old_driver_before_any_container_starts() -> None:
+    loaded = load_dossier(TINY / "dossier-cuda.yaml")
+    host = _host(
+        nvidia=NvidiaDriverFacts(source="nvidia-smi", driver_version="470.82.01", gpus=[H100]),
+        docker=DockerGpuFacts(runtimes=["nvidia", "runc"], nvidia_runtime=True),
+    )
+    result, verdict, mapping = host_stage(
+        loaded, host, _image({"CUDA_VERSION": "12.4.1", "NVIDIA_REQUIRE_CUDA": "cuda>=12.4"}), None
+    )
+    assert result.status == "failed"
+    assert verdict.status in ("unsupported", "forward-compat-possible")
+    assert result.first_error is not None and result.first_error.step == "driver supports the image's CUDA"
+    assert "470.82.01" in verdict.explanation
+    assert mapping.nvidia_gpus
+
+
+def test_host_stage_passes_with_a_fitting_driver_and_runtime() -> None:
+    loaded = load_dossier(TINY / "dossier-cuda.yaml")
+    host = _host(
+        nvidia=NvidiaDriverFacts(source="nvml", driver_version="550.54.14", cuda_driver_version="12.4", gpus=[H100]),
+        docker=DockerGpuFacts(runtimes=["nvidia", "runc"], nvidia_runtime=True),
+    )
+    result, verdict, _ = host_stage(loaded, host, _image({"CUDA_VERSION": "12.4.1"}), None)
+    assert verdict.status == "supported"
+    assert result.status == "passed", result.first_error
