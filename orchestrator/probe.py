@@ -593,9 +593,12 @@ def run_probe(
     model = loaded.model
     notes: list[str] = []
     if loaded.variant:
-        notes.append(
-            f"variant {loaded.variant!r}: {model.system.platform} as declared in the dossier, not the reference's {loaded.reference_model.system.platform}"
-        )
+        declared = loaded.reference_model.variant(loaded.variant)
+        note = f"variant {loaded.variant!r}, declared in the dossier: {' '.join(declared.description.split())}"
+        reference_platform = loaded.reference_model.system.platform
+        if model.system.platform != reference_platform:
+            note += f" It runs on {model.system.platform}, not the reference's {reference_platform}."
+        notes.append(note)
 
     stage("image")
     image_result, inventory = image_stage(engine, loaded, image, out)

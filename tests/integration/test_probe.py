@@ -94,7 +94,7 @@ def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
     stages = report.stages
     assert stages["image"].status == "passed", stages["image"].first_error
     image = {check.name: check for check in stages["image"].checks}
-    assert image["torch build matches platform"].observed.startswith("torch 2.14.1, cuda=13.0")
+    assert image["torch build matches platform"].observed.startswith("torch 2.14.1+cu130, cuda=13.0")
     assert stages["host"].status == "failed"
     host = {check.name: check for check in stages["host"].checks}
     assert host["NVIDIA driver present"].observed == "no NVIDIA driver found"
@@ -130,7 +130,7 @@ def test_cpu_variant_runs_on_the_cpu_and_says_so(engine: Engine, base_image: Bas
     report = _build_and_probe(engine, TINY / "dossier-cuda.yaml", tmp_path, variant="cpu")
     assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
     assert report.dossier.variant == "cpu" and report.dossier.platform == "cpu"
-    assert any("variant 'cpu'" in note and "not the reference's cuda" in note for note in report.notes)
+    assert any("variant 'cpu'" in note and "It runs on cpu, not the reference's cuda." in note for note in report.notes)
 
 
 def test_perturbed_reference_fails_the_sample_naming_metric_and_values(
