@@ -15,6 +15,7 @@ from orchestrator import __version__
 from orchestrator.cli.base_cmd import base
 from orchestrator.cli.build_cmd import build
 from orchestrator.cli.dossier_cmds import render, schema, validate
+from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
@@ -35,6 +36,8 @@ cli.add_command(probe)
 cli.add_command(rebuild)
 cli.add_command(doctor)
 cli.add_command(probe_host)
+cli.add_command(handover)
+cli.add_command(verify)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,24 +59,16 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> N
     _finish(out, report)
 
 
-@click.command()
-@dossier_argument
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
-@variant_option
-@click.option(
-    "--ca-bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None, help="As for orch build."
-)
-@click.option("--no-cache", is_flag=True, help="Build every layer again.")
-def rebuild(dossier: Path, out: Path, variant: str | None, ca_bundle: Path | None, no_cache: bool) -> None:
-    """The whole sequence in one command: build the image, probe it, write the report."""
+def run_rebuild(loaded: object, out: Path, *, ca_bundle: Path | None, no_cache: bool, raise_on_failure: bool) -> object:
+    """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
     from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
     from orchestrator.cli.summary import print_build_summary
     from orchestrator.console import make_console
-    from orchestrator.dossier.load import load_dossier
+    from orchestrator.dossier.load import LoadedDossier
     from orchestrator.engine import connect
     from orchestrator.probe import ProbeOptions, run_probe, stages_after_failed_build
 
-    loaded = load_dossier(dossier, variant=variant)
+    assert isinstance(loaded, LoadedDossier)
     engine = connect()
     console = make_console()
     try:
@@ -100,7 +92,47 @@ def rebuild(dossier: Path, out: Path, variant: str | None, ca_bundle: Path | Non
                 )
     finally:
         engine.close()
-    _finish(out, report)
+    if raise_on_failure:
+        _finish(out, report)
+    return report
+
+
+@click.command()
+@dossier_argument
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
+@variant_option
+@click.option(
+    "--ca-bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None, help="As for orch build."
+)
+@click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@click.option(
+    "--handover",
+    "handover_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Also write a hand-over folder here when the report passed.",
+)
+def rebuild(
+    dossier: Path, out: Path, variant: str | None, ca_bundle: Path | None, no_cache: bool, handover_dir: Path | None
+) -> None:
+    """The whole sequence in one command: build the image, probe it, write the report (and the hand-over)."""
+    from orchestrator.dossier.load import load_dossier
+
+    loaded = load_dossier(dossier, variant=variant)
+    run_rebuild(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, raise_on_failure=True)
+    if handover_dir is not None:
+        from orchestrator.console import make_console
+        from orchestrator.engine import connect
+        from orchestrator.handover import write_handover
+
+        console = make_console()
+        engine = connect()
+        try:
+            with console.status("handing over") as status:
+                write_handover(loaded, engine, out, handover_dir, on_stage=lambda s: status.update(f"hand-over: {s}"))
+        finally:
+            engine.close()
+        console.print(f"[green]✓[/] hand-over folder {handover_dir} (replay: orch verify {handover_dir})")
 
 
 @click.command()

@@ -157,6 +157,32 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             raise EnvironmentFailure(f"image {ref} is not in the engine") from None
 
+    def save(self, ref: str, dest: IO[bytes]) -> None:
+        """`docker save REF` streamed into `dest` (saved by tag, so `docker load` restores the tag too)."""
+        try:
+            response = self._client.api.get_image(ref)
+            for chunk in response:
+                dest.write(chunk)
+        except docker.errors.ImageNotFound:
+            raise EnvironmentFailure(f"image {ref} is not in the engine") from None
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"docker save of {ref} failed: {exc.explanation}") from None
+
+    def load(self, source: IO[bytes]) -> list[str]:
+        """`docker load` from a (possibly gzip-compressed) tar stream; the image ids or tags it reports."""
+        loaded: list[str] = []
+        try:
+            for message in self._client.api.load_image(source):  # type: ignore[no-untyped-call]
+                text = str(message.get("stream", "")).strip()
+                if "error" in message:
+                    raise EnvironmentFailure(f"docker load failed: {message['error']}")
+                for prefix in ("Loaded image ID: ", "Loaded image: "):
+                    if text.startswith(prefix):
+                        loaded.append(text[len(prefix) :])
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"docker load failed: {exc.explanation}") from None
+        return loaded
+
     def build(
         self,
         context_tar: IO[bytes],

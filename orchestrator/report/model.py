@@ -14,9 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.checks import Check
 
 REPORT_FORMAT = "orch.report/1"
-STAGES = ("image", "host", "device", "sample")
-
 StageName = Literal["image", "host", "device", "sample"]
+STAGES: tuple[StageName, ...] = ("image", "host", "device", "sample")
 StageStatus = Literal["passed", "failed", "skipped", "not_run"]
 
 

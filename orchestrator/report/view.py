@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from orchestrator.checks import Check
 from orchestrator.report.model import STAGES, Report, StageName, StageResult
@@ -24,7 +24,7 @@ MAX_FACT_CHARS = 300
 MAX_LINE_CHARS = 200
 
 #: `STAGES`, typed as stage names: the order every rendering shows, whatever the order in `report.stages`.
-STAGE_ORDER = cast(tuple[StageName, ...], STAGES)
+STAGE_ORDER: tuple[StageName, ...] = STAGES
 
 STATUS_LABEL = {"passed": "passed", "failed": "failed", "skipped": "skipped", "not_run": "not run"}
 

@@ -57,6 +57,12 @@ class FakeEngine:
     def history(self, ref: str) -> list[str]:
         raise AssertionError("not used")
 
+    def save(self, ref: str, dest: IO[bytes]) -> None:
+        raise AssertionError("not used")
+
+    def load(self, source: IO[bytes]) -> list[str]:
+        raise AssertionError("not used")
+
 
 def _image(labels: dict[str, str]) -> ImageInfo:
     return ImageInfo(id="sha256:" + "a" * 64, tags=(), labels=labels, env={}, repo_digests=(), size=1)

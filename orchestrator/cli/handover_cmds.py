@@ -1,0 +1,97 @@
+"""`orch handover` and `orch verify`: a folder another team can replay, and its replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
+
+
+@click.command()
+@dossier_argument
+@click.option(
+    "--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="The new hand-over folder."
+)
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="An `orch rebuild` output folder to hand over (default: run orch rebuild first, into OUT.rebuild).",
+)
+@variant_option
+def handover(dossier: Path, out: Path, source: Path | None, variant: str | None) -> None:
+    """Write a hand-over folder: saved image, dossier, Dockerfile, lock, inventory, reports, procedure, checksums."""
+    from orchestrator.console import make_console
+    from orchestrator.dossier.load import load_dossier
+    from orchestrator.engine import connect
+    from orchestrator.handover import write_handover
+
+    loaded = load_dossier(dossier, variant=variant)
+    if source is None:
+        from orchestrator.cli.probe_cmds import run_rebuild
+
+        source = out.with_name(out.name + ".rebuild")
+        run_rebuild(loaded, source, ca_bundle=None, no_cache=False, raise_on_failure=True)
+    console = make_console()
+    engine = connect()
+    try:
+        with console.status("handing over") as status:
+            manifest = write_handover(loaded, engine, source, out, on_stage=lambda s: status.update(f"hand-over: {s}"))
+    finally:
+        engine.close()
+    size = sum(f.size for f in manifest.files) / 1e9
+    console.print(
+        f"[green]✓[/] hand-over folder {out}: {len(manifest.files)} files, {size:.2f} GB, checksums in SHA256SUMS"
+    )
+    console.print(f"  replay it on another machine: orch verify {out} --out verify-out")
+
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the replayed report goes (default: FOLDER.verify).",
+)
+def verify(folder: Path, out: Path | None) -> None:
+    """Replay a hand-over folder: checksums, load the image, confirm its id, probe again, compare with the shipped report."""
+    from rich.table import Table
+
+    from orchestrator.console import make_console
+    from orchestrator.engine import connect
+    from orchestrator.errors import VerdictFailed
+    from orchestrator.verify import check_sums, verify_handover
+
+    folder = folder.resolve()
+    target = out or folder.with_name(folder.name + ".verify")
+    check_sums(folder)  # before anything needs an engine: a damaged folder is a verdict on its own
+    console = make_console()
+    engine = connect()
+    try:
+        with console.status("verifying") as status:
+            result = verify_handover(folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"))
+    finally:
+        engine.close()
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
+    for column in ("layer", "shipped", "replayed", "verdict"):
+        table.add_column(column)
+    for layer in result.layers:
+        mark = "[green]reproduced[/]" if layer.verdict == "reproduced" else "[red]differs[/]"
+        table.add_row(layer.stage, layer.shipped, layer.replayed, mark)
+    console.print(
+        f"checksums: all {len(result.manifest.files) + 1} files match SHA256SUMS; image {result.manifest.image_id[:19]} loaded"
+    )
+    console.print(table)
+    for name, before, after in result.number_differences:
+        console.print(f"  numbers differ: {name}: shipped {before}, replayed {after}")
+    console.print(f"  replayed report: {result.report_paths['html']}")
+    if not result.reproduced or result.report.verdict != "passed":
+        differing = [layer.stage for layer in result.layers if layer.verdict != "reproduced"]
+        raise VerdictFailed(
+            f"the replay of {result.manifest.dossier_name} "
+            + (f"differs at {', '.join(differing)}" if differing else f"ended {result.report.verdict}")
+        )

@@ -1,0 +1,296 @@
+"""`orch handover`: a folder another team can replay with `orch verify` on a clean machine.
+
+Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
+
+    image.tar.gz        docker save of the built image (by tag), gzip-compressed
+    dossier/            the dossier file and everything it references, at the same relative paths
+    build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
+                        pip-freeze.txt (the observed inventory)
+    report/             report.json, report.md, report.html, junit.xml
+    PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output
+    ACCESS.md           which credentials are needed and how to provide them — by name only
+    manifest.json       format orch.handover/1: dossier identity, image id and tag, files and sizes
+    SHA256SUMS          `sha256sum -c` compatible
+
+The folder is assembled under a hidden sibling name and renamed into place at the very end, so a
+half-written folder never looks complete: an interrupted hand-over leaves no folder at the destination,
+and the hidden one has no SHA256SUMS, which `orch verify` requires.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator import __version__
+from orchestrator.build import read_record
+from orchestrator.dossier.load import LoadedDossier, file_sha256, iter_tree
+from orchestrator.engine import Engine
+from orchestrator.errors import BadInput
+from orchestrator.report.write import read_report
+
+HANDOVER_FORMAT = "orch.handover/1"
+IMAGE_FILE = "image.tar.gz"
+SUMS_FILE = "SHA256SUMS"
+MANIFEST_FILE = "manifest.json"
+
+
+class ManifestFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    sha256: str
+    size: int
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: str = HANDOVER_FORMAT
+    orch_version: str
+    created: str
+    dossier_name: str
+    dossier_file: str  # inside dossier/
+    identity: str
+    variant: str | None
+    platform: str
+    image_id: str
+    image_tag: str
+    report_verdict: str
+    files: list[ManifestFile]
+
+
+def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
+    """The dossier and every file it references, at the same paths relative to its folder."""
+    root = loaded.root
+    dest.mkdir(parents=True)
+    shutil.copy2(loaded.path, dest / loaded.path.name)
+    for relative in sorted(loaded.files):
+        source = (root / relative).resolve()
+        if not source.is_relative_to(root):
+            raise BadInput(
+                f"{relative!r} lies outside the dossier's folder {root}; a hand-over folder keeps the dossier's "
+                "relative paths, so move the file under that folder and point the dossier at it"
+            )
+        target = dest / relative
+        if source.is_dir():
+            for path in iter_tree(source):
+                copy = target / path.relative_to(source)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, copy)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return loaded.path.name
+
+
+def _access_md(loaded: LoadedDossier) -> str:
+    model = loaded.model
+    rows: list[tuple[str, str, str]] = []
+    for index in model.python.indexes:
+        if index.access:
+            rows.append((index.access, f"package index {index.url}", "`user:token`; host side only (wheelhouse mode)"))
+    for kind, items in (("data", model.data), ("weights", model.weights)):
+        for item in items:
+            if item.access:
+                where = item.uri or item.path or ""
+                rows.append((item.access, f"{kind} `{item.name}` ({where})", "whatever the provider issues"))
+    lines = [
+        f"# Access: {model.name}",
+        "",
+        "Credentials are referenced by **name** only. Nothing in this folder — the image included — holds a",
+        "secret value. Provide each one as an environment variable on the host that runs orch:",
+        "",
+    ]
+    if not rows:
+        lines += [
+            "This dossier needs **no credentials**: every index, data set and weight file is public or local.",
+            "",
+        ]
+    else:
+        lines += ["| variable | grants access to | value |", "| --- | --- | --- |"]
+        lines += [f"| `{name}` | {what} | {value} |" for name, what, value in rows]
+        lines += ["", "Example: `export NAME='…'` before `orch rebuild`; never write the value into the dossier.", ""]
+    return "\n".join(lines)
+
+
+def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: str) -> str:
+    model = loaded.model
+    variant = f" --variant {loaded.variant}" if loaded.variant else ""
+    dossier = f"dossier/{dossier_file}"
+    mounts = " ".join(f'-v "$PWD/dossier/{i.path}:/orch/input/{i.path}:ro"' for i in model.expect.inputs)
+    command = " ".join(shlex.quote(part) for part in model.expect.command)
+    checks = []
+    for output in model.expect.outputs:
+        parts = [f"`{output.file}`"]
+        if output.shape is not None:
+            parts.append(f"shape {['*' if d is None else d for d in output.shape]}")
+        if output.dtype:
+            parts.append(output.dtype)
+        if output.finite:
+            parts.append("no NaN/Inf")
+        if output.ids:
+            parts.append(f"ids in the order of `{output.ids.expected}`")
+        if output.compare:
+            parts.append(f"{output.compare.metric} against `{output.compare.reference}`")
+        checks.append("- " + ", ".join(parts))
+    gpu = {"cuda": "--gpus all ", "rocm": "--device /dev/kfd --device /dev/dri --group-add video ", "cpu": ""}[
+        model.system.platform
+    ]
+    return "\n".join(
+        [
+            f"# Procedure: {model.name}",
+            "",
+            f"Dossier identity `{loaded.identity}`{f', variant `{loaded.variant}`' if loaded.variant else ''}; "
+            f"image `{tag}` (`{image_id}`). Every command runs from this folder.",
+            "",
+            "## 0. Check the folder",
+            "",
+            "    sha256sum -c SHA256SUMS",
+            "",
+            "## 1. Load the image — or rebuild it from the dossier",
+            "",
+            f"    docker load -i {IMAGE_FILE}",
+            f"    docker image inspect --format '{{{{.Id}}}}' {tag}    # must print {image_id}",
+            "",
+            "To rebuild instead (a fresh image from the same dossier, never a copied environment):",
+            "",
+            f"    orch rebuild {dossier}{variant} --out rebuilt",
+            "",
+            "## 2. Diagnose the host",
+            "",
+            f"    orch doctor {dossier}{variant}",
+            "",
+            "## 3. Run the sample",
+            "",
+            f"    orch probe {dossier}{variant} --image {image_id} --out probe-out",
+            "",
+            "By hand, with the same isolation orch uses:",
+            "",
+            "    mkdir -p out && chown 10001:10001 out",
+            f"    docker run --rm --network none --cap-drop ALL --security-opt no-new-privileges {gpu}\\",
+            f'      {mounts} -v "$PWD/out:/orch/output" \\',
+            f"      {image_id} {command}",
+            "",
+            "## 4. Re-read the output",
+            "",
+            "`orch probe` re-reads the output folder on the host and checks, per output:",
+            "",
+            *checks,
+            "",
+            "Its report (`probe-out/report.html`) shows each layer — image, host, device, sample — on its own.",
+            "",
+            "## All of it, with a comparison against the shipped report",
+            "",
+            "    orch verify . --out verify-out",
+            "",
+        ]
+    )
+
+
+def _write_image(engine: Engine, tag: str, dest: Path) -> None:
+    with dest.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as packed:
+        engine.save(tag, packed)  # type: ignore[arg-type]  # GzipFile is a binary writer
+
+
+def _sums(folder: Path) -> list[tuple[str, str, int]]:
+    entries = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder).as_posix()
+        if relative not in (SUMS_FILE, MANIFEST_FILE):
+            entries.append((relative, file_sha256(path), path.stat().st_size))
+    return entries
+
+
+def write_handover(
+    loaded: LoadedDossier,
+    engine: Engine,
+    rebuild_dir: Path,
+    out: Path,
+    *,
+    on_stage: Callable[[str], None] | None = None,
+) -> Manifest:
+    stage = on_stage or (lambda _: None)
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"--out {out} exists and is not empty; a hand-over goes into a new folder")
+    record = read_record(rebuild_dir / "build.json") if (rebuild_dir / "build.json").is_file() else None
+    report = read_report(rebuild_dir / "report.json") if (rebuild_dir / "report.json").is_file() else None
+    if record is None or record.image is None or report is None or report.image is None:
+        raise BadInput(
+            f"{rebuild_dir} holds no successful build and report",
+            hint="Run `orch rebuild DOSSIER --out DIR` first and hand over from DIR (--from DIR).",
+        )
+    if record.dossier.identity != loaded.identity or report.dossier.identity != loaded.identity:
+        raise BadInput(f"the records in {rebuild_dir} are of another dossier identity than {loaded.path}")
+    if report.image.id != record.image.id:
+        raise BadInput(f"build.json and report.json in {rebuild_dir} name different images")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.orch-partial-", dir=out.parent))
+    try:
+        staging.chmod(0o755)
+        stage("image")
+        _write_image(engine, record.image.tag, staging / IMAGE_FILE)
+        stage("dossier")
+        dossier_file = _copy_dossier(loaded, staging / "dossier")
+        build = staging / "build"
+        build.mkdir()
+        for name in ("build.json", "build.log", "pip-freeze.txt"):
+            if (rebuild_dir / name).is_file():
+                shutil.copy2(rebuild_dir / name, build / name)
+        for name in ("Dockerfile", "requirements.lock"):
+            shutil.copy2(rebuild_dir / "context" / name, build / name)
+        (build / "wheels.sha256").write_text(
+            "".join(f"{w.sha256}  {w.file}\n" for w in record.context.wheels), encoding="utf-8"
+        )
+        reports = staging / "report"
+        reports.mkdir()
+        for name in ("report.json", "report.md", "report.html", "junit.xml"):
+            shutil.copy2(rebuild_dir / name, reports / name)
+        (staging / "PROCEDURE.md").write_text(
+            _procedure_md(loaded, dossier_file, record.image.id, record.image.tag), encoding="utf-8"
+        )
+        (staging / "ACCESS.md").write_text(_access_md(loaded), encoding="utf-8")
+        stage("checksums")
+        entries = _sums(staging)
+        manifest = Manifest(
+            orch_version=__version__,
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            dossier_name=loaded.model.name,
+            dossier_file=dossier_file,
+            identity=loaded.identity,
+            variant=loaded.variant,
+            platform=loaded.model.system.platform,
+            image_id=record.image.id,
+            image_tag=record.image.tag,
+            report_verdict=report.verdict,
+            files=[ManifestFile(path=p, sha256=h, size=s) for p, h, s in entries],
+        )
+        (staging / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        sums = [(p, h) for p, h, _ in entries] + [(MANIFEST_FILE, file_sha256(staging / MANIFEST_FILE))]
+        # SHA256SUMS last: its presence is what marks the folder complete.
+        (staging / SUMS_FILE).write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums)), encoding="utf-8")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def read_manifest(folder: Path) -> Manifest:
+    try:
+        return Manifest.model_validate(json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{folder / MANIFEST_FILE} is not a hand-over manifest: {exc}") from None

@@ -1,0 +1,191 @@
+"""Hand-over and verify on the real engine: round trip, tampering, secrets, interruption."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.base_image import BaseOutcome
+from orchestrator.build import BuildOptions, run_build
+from orchestrator.dossier.load import LoadedDossier, load_dossier
+from orchestrator.engine import Engine
+from orchestrator.handover import read_manifest, write_handover
+from orchestrator.probe import ProbeOptions, run_probe
+from orchestrator.report.write import read_report, write_report
+from tests.integration.local_index import serve_index
+from tests.paths import EXAMPLES
+
+CANARY_USER = "orch-handover-canary"
+CANARY_SECRET = "hc-51e2-7f3a-canary"
+
+
+def _orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _rebuild(engine: Engine, loaded: LoadedDossier, out: Path) -> None:
+    record = run_build(loaded, engine, BuildOptions(out=out))
+    assert record.image is not None, record.failure
+    report = run_probe(loaded, engine, ProbeOptions(out=out, image=record.image.tag))
+    write_report(report, out)
+    assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
+
+
+@pytest.fixture(scope="module")
+def handed_over(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A hand-over of a private copy of tiny-embeddings (its own identity, so its image can be removed)."""
+    root = tmp_path_factory.mktemp("handover-src")
+    example = root / "tiny-embeddings"
+    shutil.copytree(EXAMPLES / "tiny-embeddings", example)
+    dossier = example / "dossier.yaml"
+    dossier.write_text(dossier.read_text().replace("on the CPU.", "on the CPU (hand-over test)."))
+    loaded = load_dossier(dossier)
+    rebuild = root / "rebuild"
+    _rebuild(engine, loaded, rebuild)
+    out = root / "handover"
+    manifest = write_handover(loaded, engine, rebuild, out)
+    assert manifest.image_id and (out / "SHA256SUMS").is_file()
+    return out
+
+
+def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
+    engine: Engine, handed_over: Path, tmp_path: Path
+) -> None:
+    names = {p.relative_to(handed_over).as_posix() for p in handed_over.rglob("*") if p.is_file()}
+    for expected in (
+        "image.tar.gz",
+        "dossier/dossier.yaml",
+        "dossier/requirements-cpu.lock",
+        "dossier/app/embed.py",
+        "dossier/sample/sample.jsonl",
+        "dossier/reference/embeddings.npy",
+        "build/Dockerfile",
+        "build/requirements.lock",
+        "build/wheels.sha256",
+        "build/build.json",
+        "build/pip-freeze.txt",
+        "report/report.json",
+        "report/report.html",
+        "report/report.md",
+        "report/junit.xml",
+        "PROCEDURE.md",
+        "ACCESS.md",
+        "manifest.json",
+        "SHA256SUMS",
+    ):
+        assert expected in names, expected
+    procedure = (handed_over / "PROCEDURE.md").read_text()
+    manifest = read_manifest(handed_over)
+    assert "docker load -i image.tar.gz" in procedure and manifest.image_id in procedure
+    assert "orch verify ." in procedure and "needs **no credentials**" in (handed_over / "ACCESS.md").read_text()
+
+    fresh = tmp_path / "elsewhere" / "handover"
+    shutil.copytree(handed_over, fresh)
+    engine.remove_image(manifest.image_id)
+    assert engine.image(manifest.image_id) is None
+    result = _orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert engine.image(manifest.image_id) is not None, "verify loaded the image"
+    replayed = read_report(tmp_path / "verify-out" / "report.json")
+    shipped = read_report(fresh / "report" / "report.json")
+    assert replayed.verdict == "passed"
+    assert "numbers differ" not in result.stdout, "the same numbers"
+    same = {c.name: c.observed for c in shipped.stage("sample").checks}
+    assert {c.name: c.observed for c in replayed.stage("sample").checks} == same
+
+
+@pytest.mark.parametrize(
+    "target", ["image.tar.gz", "dossier/sample/sample.jsonl", "report/report.json", "PROCEDURE.md", "manifest.json"]
+)
+def test_one_changed_byte_fails_verify_naming_the_file(handed_over: Path, tmp_path: Path, target: str) -> None:
+    copy = tmp_path / "handover"
+    shutil.copytree(handed_over, copy)
+    path = copy / target
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    result = _orch("verify", str(copy))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{target} does not match its checksum" in result.stderr
+
+
+def test_an_added_file_fails_verify(handed_over: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "handover"
+    shutil.copytree(handed_over, copy)
+    (copy / "dossier" / "extra.txt").write_text("smuggled\n")
+    result = _orch("verify", str(copy))
+    assert result.returncode == 1 and "dossier/extra.txt is in the folder but not in SHA256SUMS" in result.stderr
+
+
+def test_killing_handover_halfway_leaves_no_folder_that_verifies(
+    engine: Engine, handed_over: Path, tmp_path: Path
+) -> None:
+    source = handed_over.parent / "rebuild"
+    dossier = handed_over.parent / "tiny-embeddings" / "dossier.yaml"
+    out = tmp_path / "handover"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "handover", str(dossier), "--from", str(source), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    partial: list[Path] = []
+    while time.monotonic() < deadline and not partial:
+        partial = [p for p in tmp_path.iterdir() if p.name.startswith(".handover.orch-partial-")]
+        time.sleep(0.05)
+    assert partial, "the hand-over started writing"
+    time.sleep(0.5)  # inside docker save: the image is being written
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert not out.exists(), "an interrupted hand-over never leaves the destination folder"
+    result = _orch("verify", str(partial[0]))
+    assert result.returncode == 1 and "not a complete hand-over folder" in result.stderr
+    shutil.rmtree(partial[0])
+
+
+def test_a_canary_credential_is_nowhere_in_the_handover(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    wheels = tmp_path / "wheels"
+    loaded_reference = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    from orchestrator.wheelhouse import TargetPlatform, collect_wheels
+
+    collect_wheels(loaded_reference.lock, TargetPlatform("3.11", "2.36"), wheels)
+    with serve_index(sorted(wheels.glob("*.whl")), credentials=f"{CANARY_USER}:{CANARY_SECRET}") as (url, state):
+        dossier = tiny_example / "dossier.yaml"
+        dossier.write_text(
+            dossier.read_text().replace(
+                "  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n",
+                f"  use_pypi: false\n  indexes:\n    - url: {url}/simple\n      access: ORCH_HANDOVER_CANARY\n",
+            )
+        )
+        env = {"ORCH_HANDOVER_CANARY": f"{CANARY_USER}:{CANARY_SECRET}", "ORCH_CACHE_DIR": str(tmp_path / "cache")}
+        out = tmp_path / "handover"
+        result = _orch("rebuild", str(dossier), "--out", str(tmp_path / "rebuild"), "--handover", str(out), env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert state.authorized_hits > 0
+    assert "ORCH_HANDOVER_CANARY" in (out / "ACCESS.md").read_text(), "the credential is named"
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as handle:
+            previous = b""
+            while chunk := handle.read(1 << 22):
+                window = previous + chunk
+                assert CANARY_SECRET.encode() not in window, f"the canary secret is in {path}"
+                assert CANARY_USER.encode() not in window, f"the canary user is in {path}"
+                previous = chunk[-64:]
