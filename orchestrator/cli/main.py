@@ -14,6 +14,7 @@ import click
 from orchestrator import __version__
 from orchestrator.cli.base_cmd import base
 from orchestrator.cli.build_cmd import build
+from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
@@ -36,6 +37,7 @@ cli.add_command(probe)
 cli.add_command(rebuild)
 cli.add_command(doctor)
 cli.add_command(probe_host)
+cli.add_command(compare)
 cli.add_command(handover)
 cli.add_command(verify)
 
