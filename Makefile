@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine base test test-unit test-integration lint demo bench golden clean
+.PHONY: venv engine test-tools base test test-unit test-integration lint demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,12 @@ engine:
 base: venv engine
 	$(ORCH) base
 
-## test: the whole suite — unit, golden, and integration tests on the real engine
-test: venv engine lint
+## test-tools: chromium for the browser test of the HTML report (apt-get as root when missing)
+test-tools:
+	scripts/ensure-test-tools.sh
+
+## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine
+test: venv engine test-tools lint
 	$(BIN)/pytest
 
 test-unit: venv
@@ -44,8 +48,10 @@ golden: venv
 demo: venv engine base
 	scripts/demo.sh $(OUT)
 
-bench: venv engine
+bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py
+	$(BIN)/python benchmarks/build_overhead.py
+	$(BIN)/python benchmarks/probe_overhead.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

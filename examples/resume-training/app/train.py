@@ -9,7 +9,8 @@ Writes to DIR:
   state.json                 the fingerprint of the state right after loading checkpoint.pt into a fresh run
                              (the same code path as resume.py); also checked equal to the live state at step K
   losses.json                the losses of steps K+1..N of this uninterrupted run: the reference continuation
-  training.json              all N losses and the timings, for the record
+  training.json              all N losses, for the record (timings are printed, not written: the files
+                             are the same bytes on every run with the same torch build)
 """
 
 from __future__ import annotations
@@ -81,17 +82,22 @@ def main() -> None:
     record = {
         "steps": args.steps,
         "checkpoint_step": args.checkpoint_step,
-        "losses": losses,
-        "train_seconds": round(trained, 3),
         "torch": torch.__version__,
         "numpy": np.__version__,
+        "losses": losses,
     }
     with open(os.path.join(args.out, "training.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)
-    print(json.dumps({k: v for k, v in record.items() if k != "losses"} | {
-        "first_loss": losses[0], "loss_at_checkpoint": losses[args.checkpoint_step - 1], "last_loss": losses[-1],
+        handle.write("\n")
+    summary = {
+        "first_loss": losses[0],
+        "loss_at_checkpoint": losses[args.checkpoint_step - 1],
+        "last_loss": losses[-1],
         "checkpoint_bytes": os.path.getsize(checkpoint_path),
-    }))
+        "train_seconds": round(trained, 3),
+        "total_seconds": round(time.perf_counter() - started, 3),
+    }
+    print(json.dumps({k: v for k, v in record.items() if k != "losses"} | summary))
 
 
 if __name__ == "__main__":
