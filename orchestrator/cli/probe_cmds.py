@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
 
+if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
+    from orchestrator.dossier.load import LoadedDossier
+    from orchestrator.report.model import Report
 
-def _finish(report_out: Path, report: object) -> None:
+
+def _finish(report_out: Path, report: Report) -> None:
     """Write every format, print the summary, and turn a failed verdict into exit 1."""
     from orchestrator.cli.summary import print_report_summary
     from orchestrator.console import make_console
     from orchestrator.errors import VerdictFailed
-    from orchestrator.report.model import Report
     from orchestrator.report.write import write_report
 
-    assert isinstance(report, Report)
     paths = write_report(report, report_out)
     print_report_summary(make_console(), report, paths)
     if report.verdict != "passed":
@@ -59,16 +62,16 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> N
     _finish(out, report)
 
 
-def run_rebuild(loaded: object, out: Path, *, ca_bundle: Path | None, no_cache: bool, raise_on_failure: bool) -> object:
+def run_rebuild(
+    loaded: LoadedDossier, out: Path, *, ca_bundle: Path | None, no_cache: bool, raise_on_failure: bool
+) -> Report:
     """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
     from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
     from orchestrator.cli.summary import print_build_summary
     from orchestrator.console import make_console
-    from orchestrator.dossier.load import LoadedDossier
     from orchestrator.engine import connect
     from orchestrator.probe import ProbeOptions, run_probe, stages_after_failed_build
 
-    assert isinstance(loaded, LoadedDossier)
     engine = connect()
     console = make_console()
     try:
