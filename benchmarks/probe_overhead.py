@@ -14,23 +14,16 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import timed  # noqa: E402 - the benchmarks folder is not a package
+
 ORCH = [sys.executable, "-m", "orchestrator"]
-
-
-def timed(command: list[str], ok_codes: tuple[int, ...] = (0,)) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if result.returncode not in ok_codes:
-        raise SystemExit(f"failed: {' '.join(command)}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return elapsed
 
 
 def main() -> None:

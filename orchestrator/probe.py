@@ -575,6 +575,28 @@ def sample_stage(
     return _stage("sample", started, fingerprints + sample_checks(loaded, output), facts)
 
 
+def make_report(
+    loaded: LoadedDossier, image: ReportImage | None, stages: dict[StageName, StageResult], notes: list[str]
+) -> Report:
+    model = loaded.model
+    return Report(
+        orch_version=__version__,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        dossier=ReportDossier(
+            name=model.name,
+            path=str(loaded.path),
+            identity=loaded.identity,
+            variant=loaded.variant,
+            platform=model.system.platform,
+            backend_version=model.system.version,
+        ),
+        image=image,
+        verdict=overall_verdict(stages),
+        stages=stages,
+        notes=notes,
+    )
+
+
 # -- the whole probe -----------------------------------------------------------------------------------
 
 
@@ -622,22 +644,7 @@ def run_probe(
         "device": device_result,
         "sample": sample_result,
     }
-    return Report(
-        orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        dossier=ReportDossier(
-            name=model.name,
-            path=str(loaded.path),
-            identity=loaded.identity,
-            variant=loaded.variant,
-            platform=model.system.platform,
-            backend_version=model.system.version,
-        ),
-        image=ReportImage(ref=options.image or default_tag(loaded), id=image.id),
-        verdict=overall_verdict(stages),
-        stages=stages,
-        notes=notes,
-    )
+    return make_report(loaded, ReportImage(ref=options.image or default_tag(loaded), id=image.id), stages, notes)
 
 
 def stages_after_failed_build(loaded: LoadedDossier, record: BuildRecord) -> Report:
@@ -658,22 +665,7 @@ def stages_after_failed_build(loaded: LoadedDossier, record: BuildRecord) -> Rep
         "device": not_run("device", reason),
         "sample": not_run("sample", reason),
     }
-    model = loaded.model
-    return Report(
-        orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        dossier=ReportDossier(
-            name=model.name,
-            path=str(loaded.path),
-            identity=loaded.identity,
-            variant=loaded.variant,
-            platform=model.system.platform,
-            backend_version=model.system.version,
-        ),
-        image=None,
-        verdict="failed",
-        stages=stages,
-    )
+    return make_report(loaded, None, stages, [])
 
 
 def run_host_mode(

@@ -11,7 +11,7 @@ import jinja2
 from orchestrator import __version__
 from orchestrator.errors import OrchError
 from orchestrator.plan import BuildPlan
-from orchestrator.resources import templates_root
+from orchestrator.resources import jinja_environment, templates_root
 
 
 class TemplateError(OrchError):
@@ -21,23 +21,13 @@ class TemplateError(OrchError):
     code = "template"
 
 
-def _environment() -> jinja2.Environment:
-    root = templates_root()
-
-    def load(name: str) -> str:
-        return root.joinpath(name).read_text(encoding="utf-8")
-
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(load),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # Dockerfiles, not HTML
-    )
-
-
 def render_dockerfile(plan: BuildPlan) -> str:
     try:
-        text = _environment().get_template(plan.template).render(plan=plan, orch_version=__version__)
+        text = (
+            jinja_environment(templates_root(), autoescape=False)
+            .get_template(plan.template)
+            .render(plan=plan, orch_version=__version__)
+        )
     except jinja2.TemplateError as exc:
         raise TemplateError(f"rendering {plan.template} failed: {exc}") from None
     return text.rstrip("\n") + "\n"

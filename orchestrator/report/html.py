@@ -28,7 +28,7 @@ from orchestrator.report.view import (
     ordered_stages,
     short_image_id,
 )
-from orchestrator.resources import report_templates_root
+from orchestrator.resources import jinja_environment, report_templates_root
 
 TEMPLATE = "report.html.j2"
 _MARK = {"passed": "✓", "failed": "✗", "skipped": "⊘", "not_run": "○"}
@@ -79,22 +79,6 @@ class PageView:
     format: str
     stages: list[StageView]
     notes: list[str]
-
-
-def _environment() -> jinja2.Environment:
-    root = report_templates_root()
-
-    def load(name: str) -> str:
-        return root.joinpath(name).read_text(encoding="utf-8")
-
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(load),
-        undefined=jinja2.StrictUndefined,
-        autoescape=True,  # report values are user strings: escaped everywhere, no exception
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
 
 
 def _stage_view(stage: StageResult) -> StageView:
@@ -152,7 +136,11 @@ def page_view(report: Report) -> PageView:
 
 def render_html(report: Report) -> str:
     try:
-        text = _environment().get_template(TEMPLATE).render(page=page_view(report))
+        text = (
+            jinja_environment(report_templates_root(), autoescape=True, trim=True)
+            .get_template(TEMPLATE)
+            .render(page=page_view(report))
+        )
     except jinja2.TemplateError as exc:
         raise TemplateError(f"rendering {TEMPLATE} failed: {exc}") from None
     return text.rstrip("\n") + "\n"

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 
 from orchestrator.base_image import BaseOutcome
@@ -18,31 +14,13 @@ from orchestrator.build_record import BuildRecord
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, RunSpec
 from orchestrator.wheelhouse import TargetPlatform, collect_wheels
+from tests.integration.helpers import all_containers, orch
 from tests.integration.local_index import serve_index
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"
 CANARY_USER = "orch-canary-user"
 CANARY_SECRET = "canary-7f3a9c51e2"
-
-
-def _all_containers() -> set[str]:
-    client = docker.from_env()
-    try:
-        return {str(c.id) for c in client.containers.list(all=True)}
-    finally:
-        client.close()
-
-
-def _orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1200,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +127,8 @@ def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
     path = tiny_example / "dossier.yaml"
     text = path.read_text().replace("install: wheelhouse", "install: online")
     path.write_text(text.replace("  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n", ""))
-    before = _all_containers()
-    result = _orch("build", str(path), "--out", str(tmp_path / "out"))
+    before = all_containers()
+    result = orch("build", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error[verdict-failed]" in result.stderr and "Traceback" not in result.stderr
     record = read_record(tmp_path / "out" / "build.json")
@@ -158,7 +136,7 @@ def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
     assert record.failure.step is not None and "pip install" in record.failure.step
     assert record.failure.first_error.startswith("ERROR:") and "numpy==0.0.0" in record.failure.first_error
     assert record.failure.first_error in result.stderr
-    assert _all_containers() == before, "no dangling build containers"
+    assert all_containers() == before, "no dangling build containers"
 
 
 def test_a_canary_credential_never_leaves_the_host(
@@ -173,7 +151,7 @@ def test_a_canary_credential_never_leaves_the_host(
         )
         path.write_text(text)
         out = tmp_path / "out"
-        result = _orch(
+        result = orch(
             "build",
             str(path),
             "--out",
@@ -205,13 +183,13 @@ def test_missing_base_image_points_to_orch_base(engine: Engine, tiny_example: Pa
             "    ref: orch/no-such-base:1\n    python: '3.11'\n    glibc: '2.36'\n",
         )
     )
-    result = _orch("build", str(path), "--out", str(tmp_path / "out"))
+    result = orch("build", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 3, result.stderr
     assert "error[base-image-missing]" in result.stderr and "orch base" in result.stderr
 
 
 def test_unreachable_engine_is_exit_3(tmp_path: Path) -> None:
-    result = _orch(
+    result = orch(
         "build",
         str(TINY / "dossier.yaml"),
         "--out",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import signal
 import subprocess
@@ -20,22 +19,12 @@ from orchestrator.engine import Engine
 from orchestrator.handover import read_manifest, write_handover
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.write import read_report, write_report
+from tests.integration.helpers import orch
 from tests.integration.local_index import serve_index
 from tests.paths import EXAMPLES
 
 CANARY_USER = "orch-handover-canary"
 CANARY_SECRET = "hc-51e2-7f3a-canary"
-
-
-def _orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1200,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def _rebuild(engine: Engine, loaded: LoadedDossier, out: Path) -> None:
@@ -98,7 +87,7 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     shutil.copytree(handed_over, fresh)
     engine.remove_image(manifest.image_id)
     assert engine.image(manifest.image_id) is None
-    result = _orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
+    result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert engine.image(manifest.image_id) is not None, "verify loaded the image"
     replayed = read_report(tmp_path / "verify-out" / "report.json")
@@ -119,7 +108,7 @@ def test_one_changed_byte_fails_verify_naming_the_file(handed_over: Path, tmp_pa
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    result = _orch("verify", str(copy))
+    result = orch("verify", str(copy))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{target} does not match its checksum" in result.stderr
 
@@ -128,7 +117,7 @@ def test_an_added_file_fails_verify(handed_over: Path, tmp_path: Path) -> None:
     copy = tmp_path / "handover"
     shutil.copytree(handed_over, copy)
     (copy / "dossier" / "extra.txt").write_text("smuggled\n")
-    result = _orch("verify", str(copy))
+    result = orch("verify", str(copy))
     assert result.returncode == 1 and "dossier/extra.txt is in the folder but not in SHA256SUMS" in result.stderr
 
 
@@ -153,7 +142,7 @@ def test_killing_handover_halfway_leaves_no_folder_that_verifies(
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert not out.exists(), "an interrupted hand-over never leaves the destination folder"
-    result = _orch("verify", str(partial[0]))
+    result = orch("verify", str(partial[0]))
     assert result.returncode == 1 and "not a complete hand-over folder" in result.stderr
     shutil.rmtree(partial[0])
 
@@ -176,7 +165,7 @@ def test_a_canary_credential_is_nowhere_in_the_handover(
         )
         env = {"ORCH_HANDOVER_CANARY": f"{CANARY_USER}:{CANARY_SECRET}", "ORCH_CACHE_DIR": str(tmp_path / "cache")}
         out = tmp_path / "handover"
-        result = _orch("rebuild", str(dossier), "--out", str(tmp_path / "rebuild"), "--handover", str(out), env=env)
+        result = orch("rebuild", str(dossier), "--out", str(tmp_path / "rebuild"), "--handover", str(out), env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert state.authorized_hits > 0
     assert "ORCH_HANDOVER_CANARY" in (out / "ACCESS.md").read_text(), "the credential is named"

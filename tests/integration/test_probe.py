@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import docker
 import pytest
 
 from orchestrator.base_image import BaseOutcome
@@ -19,23 +17,10 @@ from orchestrator.engine import Engine
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.model import Report
 from orchestrator.report.write import read_report
+from tests.integration.helpers import all_containers, orch
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"
-
-
-def _all_containers() -> set[str]:
-    client = docker.from_env()
-    try:
-        return {str(c.id) for c in client.containers.list(all=True)}
-    finally:
-        client.close()
-
-
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, check=False, timeout=1800
-    )
 
 
 def _build_and_probe(engine: Engine, dossier: Path, out: Path, variant: str | None = None) -> Report:
@@ -50,9 +35,9 @@ def cpu_report(
     engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path_factory.mktemp("rebuild-cpu")
-    before = _all_containers()
-    result = _orch("rebuild", str(TINY / "dossier.yaml"), "--out", str(out))
-    assert _all_containers() == before, "orch rebuild left containers behind"
+    before = all_containers()
+    result = orch("rebuild", str(TINY / "dossier.yaml"), "--out", str(out))
+    assert all_containers() == before, "orch rebuild left containers behind"
     return out, result
 
 
@@ -88,9 +73,9 @@ def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
 ) -> None:
     """The app's CUDA dossier, built for real on the local base (torch 2.14.1 + its CUDA 13 wheels)."""
     out = tmp_path_factory.mktemp("cuda13")
-    before = _all_containers()
+    before = all_containers()
     report = _build_and_probe(engine, TINY / "dossier-cuda.yaml", out, variant="local-cuda13")
-    assert _all_containers() == before
+    assert all_containers() == before
     stages = report.stages
     assert stages["image"].status == "passed", stages["image"].first_error
     image = {check.name: check for check in stages["image"].checks}
@@ -115,7 +100,7 @@ def test_rocm_expectation_fails_at_device_with_no_amd_driver(
     """No ROCm torch can be fetched here: the ROCm dossier probes the CPU image, and must refuse it."""
     cpu_image = read_report(cpu_report[0] / "report.json").image
     assert cpu_image is not None
-    result = _orch("probe", str(TINY / "dossier-rocm.yaml"), "--image", cpu_image.id, "--out", str(tmp_path))
+    result = orch("probe", str(TINY / "dossier-rocm.yaml"), "--image", cpu_image.id, "--out", str(tmp_path))
     assert result.returncode == 1
     report = read_report(tmp_path / "report.json")
     host = {check.name: check for check in report.stage("host").checks}
@@ -190,9 +175,9 @@ def test_a_hanging_sample_is_stopped_at_its_timeout(
     dossier.write_text(
         text.replace("command: [python, embed.py,", "command: [python, -c, 'import time; time.sleep(120)', embed.py,")
     )
-    before = _all_containers()
+    before = all_containers()
     report = _build_and_probe(engine, dossier, tmp_path)
-    assert _all_containers() == before
+    assert all_containers() == before
     sample = report.stage("sample")
     assert sample.status == "failed" and sample.first_error is not None
     assert sample.first_error.message == "stopped at its timeout of 3s"
@@ -201,15 +186,15 @@ def test_a_hanging_sample_is_stopped_at_its_timeout(
 
 def test_probe_without_an_image_points_to_orch_build(tiny_example: Path, tmp_path: Path) -> None:
     (tiny_example / "sample" / "ids.json").write_text('["s01"]')  # a new identity: no image has it
-    result = _orch("probe", str(tiny_example / "dossier.yaml"), "--out", str(tmp_path))
+    result = orch("probe", str(tiny_example / "dossier.yaml"), "--out", str(tmp_path))
     assert result.returncode == 3 and "orch build" in result.stderr
 
 
 def test_doctor_says_this_host_cannot_run_a_cuda_dossier() -> None:
-    result = _orch("doctor", str(TINY / "dossier-cuda.yaml"))
+    result = orch("doctor", str(TINY / "dossier-cuda.yaml"))
     assert result.returncode == 1
     assert "no NVIDIA driver found" in result.stdout and "can this host run" in result.stdout
-    facts = _orch("doctor", "--json")
+    facts = orch("doctor", "--json")
     assert facts.returncode == 0 and json.loads(facts.stdout)["host"]["nvidia"] is None
 
 
@@ -217,5 +202,5 @@ def test_doctor_says_this_host_cannot_run_a_cuda_dossier() -> None:
 def test_host_mode_on_a_gpu_machine() -> None:
     """Only on a machine with an NVIDIA GPU and torch (ORCH_GPU_PYTHON names its interpreter)."""
     python = os.environ["ORCH_GPU_PYTHON"]
-    result = _orch("probe-host", "--platform", "cuda", "--python", python, "--out", "/tmp/orch-gpu-host-mode")
+    result = orch("probe-host", "--platform", "cuda", "--python", python, "--out", "/tmp/orch-gpu-host-mode")
     assert result.returncode == 0, result.stdout + result.stderr
