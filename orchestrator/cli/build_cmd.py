@@ -42,6 +42,7 @@ def build(
 ) -> None:
     """Render the dossier and build its image through the Docker engine; record build.json."""
     from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.cli.progress import stage_progress
     from orchestrator.cli.summary import print_build_summary
     from orchestrator.console import make_console
     from orchestrator.dossier.load import load_dossier
@@ -59,19 +60,9 @@ def build(
         no_cache=no_cache,
     )
 
-    def on_line(line: str) -> None:
-        if verbose or line.startswith("Step ") or line.strip() == "---> Using cache":
-            console.print(f"  [dim]{line}[/]", markup=True, highlight=False)
-
     try:
-        with console.status(f"building {loaded.model.name}") as status:
-            record = run_build(
-                loaded,
-                engine,
-                options,
-                on_line=on_line,
-                on_stage=lambda name: status.update(f"{loaded.model.name}: {name}"),
-            )
+        with stage_progress(console, loaded.model.name, verbose=verbose) as progress:
+            record = run_build(loaded, engine, options, on_line=progress.line, on_stage=progress.stage)
     finally:
         engine.close()
     print_build_summary(console, record, out)

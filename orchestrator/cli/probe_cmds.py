@@ -67,6 +67,7 @@ def run_rebuild(
 ) -> Report:
     """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
     from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.cli.progress import stage_progress
     from orchestrator.cli.summary import print_build_summary
     from orchestrator.console import make_console
     from orchestrator.engine import connect
@@ -75,12 +76,13 @@ def run_rebuild(
     engine = connect()
     console = make_console()
     try:
-        with console.status(f"building {loaded.model.name}") as status:
+        with stage_progress(console, loaded.model.name) as progress:
             record = run_build(
                 loaded,
                 engine,
                 BuildOptions(out=out, ca_bundle=ca_bundle or ca_bundle_from_environment(), no_cache=no_cache),
-                on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
+                on_line=progress.line,
+                on_stage=progress.stage,
             )
         print_build_summary(console, record, out)
         if record.image is None:
