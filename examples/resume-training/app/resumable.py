@@ -9,10 +9,11 @@ three are restored along with the model and the optimizer:
 The checkpoint is a torch.save of tensors, dicts, lists, tuples, strings and numbers only, so it loads
 with torch.load(weights_only=True): no pickled code runs when it is read.
 
-The fingerprint of the computation state is a list of [name, value] pairs (all strings): the step, the
-sha256 of the parameters, of the optimizer's state tensors, of each generator's state, and the
-optimizer's hyperparameters. Computed right after a restore, it proves what was restored, not only
-which versions were installed.
+The fingerprint of the computation state is a list of "name=value" strings, in a fixed order: the step,
+the sha256 of the parameters, of the optimizer's state tensors, of each generator's state, and the
+optimizer's hyperparameters. Computed right after a restore, it shows what was restored, not only which
+versions were installed; a check that compares it names the position of the first difference, which is
+the first part that was not restored.
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ class Run:
             self.py_rng.setstate((version, tuple(internal), gauss))
         self.step = int(checkpoint["step"])
 
-    def fingerprint(self) -> list[list[str]]:
-        """The computation state as [name, value] pairs; reading it changes nothing."""
+    def fingerprint(self) -> list[str]:
+        """The computation state as "name=value" strings; reading it changes nothing."""
         parameters = hashlib.sha256()
         for name, tensor in self.model.state_dict().items():
             parameters.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
@@ -128,23 +129,25 @@ class Run:
                 else:
                     optimizer_state.update(repr(value).encode())
         group = self.optimizer.param_groups[0]
-        hyper = f"{type(self.optimizer).__name__}(lr={group['lr']}, betas={tuple(group['betas'])}, " \
+        hyper = (
+            f"{type(self.optimizer).__name__}(lr={group['lr']}, betas={tuple(group['betas'])}, "
             f"eps={group['eps']}, weight_decay={group['weight_decay']})"
+        )
         return [
-            ["step", str(self.step)],
-            ["parameters_sha256", parameters.hexdigest()],
-            ["optimizer_state_sha256", optimizer_state.hexdigest()],
-            ["optimizer", hyper],
-            ["torch_rng_sha256", hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()],
-            ["numpy_rng_sha256", _json_sha256(self.np_rng.bit_generator.state)],
-            ["python_rng_sha256", _json_sha256(self.py_rng.getstate())],
+            f"step={self.step}",
+            f"parameters_sha256={parameters.hexdigest()}",
+            f"optimizer_state_sha256={optimizer_state.hexdigest()}",
+            f"optimizer={hyper}",
+            f"torch_rng_sha256={hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()}",
+            f"numpy_rng_sha256={_json_sha256(self.np_rng.bit_generator.state)}",
+            f"python_rng_sha256={_json_sha256(self.py_rng.getstate())}",
         ]
 
 
-def write_fingerprint(path: str, fingerprint: list[list[str]]) -> None:
-    """One [name, value] pair a line: readable, and the same bytes for the same state."""
+def write_fingerprint(path: str, fingerprint: list[str]) -> None:
+    """A JSON list, one entry a line: readable, and the same bytes for the same state."""
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("[\n" + ",\n".join(json.dumps(pair) for pair in fingerprint) + "\n]\n")
+        handle.write("[\n" + ",\n".join(json.dumps(entry) for entry in fingerprint) + "\n]\n")
 
 
 def _json_sha256(value: Any) -> str:

@@ -60,7 +60,7 @@ def main() -> None:
 
     run = Run(config)
     losses: list[float] = []
-    live_fingerprint: list[list[str]] = []
+    live_fingerprint: list[str] = []
     for _ in range(args.steps):
         losses.append(run.train_step(x, y))
         if run.step == args.checkpoint_step:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
 
-from resume import parser, resume  # noqa: E402
+from resume import parser, resume
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ EmbeddingBag (mean of the feature vectors), a ReLU and a linear layer to one log
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import zlib
@@ -30,7 +31,7 @@ def set_determinism(seed: int) -> None:
 def features(text: str) -> list[str]:
     words = re.findall(r"[a-z0-9]+", text.lower())
     grams = [f"w:{word}" for word in words]
-    grams += [f"b:{a}_{b}" for a, b in zip(words, words[1:])]
+    grams += [f"b:{a}_{b}" for a, b in itertools.pairwise(words)]
     for word in words:
         padded = f"#{word}#"
         grams += [f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import time
 
 import torch
@@ -49,6 +50,7 @@ def main() -> None:
     with torch.no_grad():
         accuracy = (model(indices, offsets).argmax(dim=1) == targets).float().mean().item()
 
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     torch.save(
         {
             "format": WEIGHTS_FORMAT,
