@@ -26,7 +26,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success (for `orch compare`: identical or equivalent)"),
     (1, "a verdict failed: a check did not hold, a build step failed, a replay differs, B regressed"),
     (2, "bad input or usage: dossier, paths, hashes, options, a usage error reported by Click"),
-    (3, "the environment failed: engine unreachable, base image missing, tool missing, not root, wheel download"),
+    (
+        3,
+        "the environment failed: engine unreachable, base image missing, tool missing, not root, the wheel download "
+        "failed; also a template that does not render (a bug in orch)",
+    ),
     (130, "interrupted (Ctrl-C); orch removes the containers it had started before exiting"),
 )
 
@@ -47,7 +51,8 @@ def _help_text(command: click.Command) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _value_type(kind: click.ParamType) -> str:
+def _value_type(param: click.Parameter) -> str:
+    kind = param.type
     if isinstance(kind, click.Choice):
         return " \\| ".join(f"`{choice}`" for choice in kind.choices)
     if isinstance(kind, click.Path):
@@ -59,16 +64,24 @@ def _value_type(kind: click.ParamType) -> str:
 def _option_type(option: click.Option) -> str:
     if option.is_flag:
         return "flag"
-    if option.metavar and not isinstance(option.type, click.Choice):
-        return f"`{option.metavar}`"
-    return _value_type(option.type)
+    named = option.metavar and not isinstance(option.type, click.Choice)
+    kind = f"`{option.metavar}`" if named else _value_type(option)
+    return f"{kind}, repeatable" if option.multiple else kind
 
 
 def _default_of(option: click.Option) -> str:
+    """The default when it is a plain value; Click's own sentinels (unset, callables) show nothing."""
     default = option.default
-    if option.is_flag or default is None or callable(default) or default == ():
+    if option.is_flag:
+        if option.secondary_opts and isinstance(default, bool):
+            return f"`{option.opts[0] if default else option.secondary_opts[0]}`"
         return ""
-    return f"`{default}`"
+    plain = (str, int, float)
+    if isinstance(default, plain) and not isinstance(default, bool):
+        return f"`{default}`"
+    if isinstance(default, tuple | list) and default and all(isinstance(item, plain) for item in default):
+        return ", ".join(f"`{item}`" for item in default)
+    return ""
 
 
 def _argument_metavar(argument: click.Argument) -> str:
@@ -97,8 +110,6 @@ def _options_table(command: click.Command) -> list[str]:
     for option in options:
         names = ", ".join(f"`{name}`" for name in [*option.opts, *option.secondary_opts])
         help_text = option.help or ""
-        if option.multiple:
-            help_text += " May be given more than once."
         envvar = option.envvar
         if isinstance(envvar, str):
             help_text += f" Environment variable: `{envvar}`."
@@ -118,7 +129,7 @@ def _arguments_list(command: click.Command) -> list[str]:
     out = []
     for argument in arguments:
         required = "required" if argument.required else "optional"
-        out.append(f"- `{_argument_metavar(argument)}`: {required}, {_value_type(argument.type)}")
+        out.append(f"- `{_argument_metavar(argument)}`: {required}, {_value_type(argument)}")
     return ["Arguments:", "", *out, ""]
 
 
@@ -134,18 +145,32 @@ def _command_section(path: str, command: click.Command, level: str) -> list[str]
     return out
 
 
+def _import_package() -> None:
+    """Import every library module of orchestrator, so every error kind it defines is registered.
+
+    Skipped: the scripts that run inside containers (probes, templates) and the `python -m` entry point.
+    """
+    import importlib
+    import pkgutil
+
+    import orchestrator
+
+    skipped = ("orchestrator.probes", "orchestrator.templates", "orchestrator.__main__")
+    for module in pkgutil.walk_packages(orchestrator.__path__, prefix="orchestrator."):
+        if not module.name.startswith(skipped):
+            importlib.import_module(module.name)
+
+
 def _error_kinds() -> list[str]:
     """Every `OrchError` kind orch defines, with the code it prints and its exit code."""
-    # The modules that define error kinds outside orchestrator.errors; importing them registers the subclasses.
-    import orchestrator.render
-    import orchestrator.wheelhouse  # noqa: F401
     from orchestrator.errors import OrchError
 
+    _import_package()
     kinds: list[type[OrchError]] = []
     pending: list[type[OrchError]] = [OrchError]
     while pending:
         kind = pending.pop()
-        if kind.__module__.startswith("orchestrator."):
+        if kind.__module__.startswith("orchestrator.") and kind not in kinds:
             kinds.append(kind)
         pending.extend(kind.__subclasses__())
     kinds = [kind for kind in kinds if kind is not OrchError]
