@@ -38,7 +38,7 @@ from orchestrator.errors import EnvironmentFailure
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.image_checks import image_checks
 from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan import LABEL_PREFIX, make_plan, with_labels
+from orchestrator.plan import LABEL_PREFIX, BuildPlan, make_plan, with_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
 
@@ -58,6 +58,17 @@ class BuildOptions:
 def default_tag(loaded: LoadedDossier) -> str:
     """`orch/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag."""
     return f"orch/{loaded.model.name}:{loaded.short_identity}"
+
+
+def default_build_network(plan: BuildPlan) -> Network:
+    """No network for a wheelhouse build that installs no OS package: the build is then hermetic.
+
+    apt needs the distribution's archive, so a build with OS packages (or a base whose Python comes from
+    apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse.
+    """
+    if plan.install_mode == "wheelhouse" and not (plan.builder_apt_packages or plan.runtime_apt_packages):
+        return "none"
+    return "default"
 
 
 def ensure_base(engine: Engine, loaded: LoadedDossier) -> ImageInfo:
@@ -171,7 +182,7 @@ def run_build(
         loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
     )
     durations["render"] = time.monotonic() - mark
-    network: Network = options.network or ("none" if plan.install_mode == "wheelhouse" else "default")
+    network: Network = options.network or default_build_network(plan)
 
     stage("build")
     mark = time.monotonic()

@@ -32,6 +32,7 @@ class BackendFacts(Frozen):
     torch_cuda: str | None = None
     torch_hip: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    cuda_compat_libs: list[str] = Field(default_factory=list, description="cuda-compat libcuda files in the image.")
 
 
 class Inventory(Frozen):
@@ -128,6 +129,7 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
             torch_cuda=torch.get("cuda"),
             torch_hip=torch.get("hip"),
             env=dict(backend.get("env") or {}),
+            cuda_compat_libs=list(backend.get("cuda_compat_libs") or []),
         ),
         errors=errors,
     )

@@ -227,7 +227,11 @@ def host_stage(
         gpus = host.nvidia.gpus if host.nvidia else []
         datacenter = any(gpu_datacenter(gpu.name) for gpu in gpus)
         verdict = cuda_verdict(
-            cuda, parse_require_cuda(require) if require else None, host.nvidia, datacenter_gpu=datacenter
+            cuda,
+            parse_require_cuda(require) if require else None,
+            host.nvidia,
+            datacenter_gpu=datacenter,
+            image_has_compat_libs=bool(inventory and inventory.backend.cuda_compat_libs),
         )
         looked = "NVML, nvidia-smi, /sys/module/nvidia/version, /proc/driver/nvidia/version"
         checks.append(

@@ -4,6 +4,7 @@ Standard library only at top level; every step reports failure as data, and the 
 document and exits 0 when it managed to report (a failed check is data, not a crash).
 """
 
+import glob
 import json
 import os
 import platform
@@ -118,7 +119,17 @@ def backend_section():
     rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
     prefixes = ("CUDA_", "NV_", "NVIDIA_", "ROCM_", "HIP")
     env = {key: os.environ[key] for key in sorted(os.environ) if key.startswith(prefixes)}
-    return {"cuda_toolkit": cuda_toolkit, "rocm": rocm, "env": env, "torch": _torch_versions()}
+    # cuda-compat user-mode driver libraries: forward compatibility on data-center GPUs needs them.
+    compat = sorted(glob.glob("/usr/local/cuda/compat/libcuda.so.*")) + sorted(
+        glob.glob("/usr/local/cuda-*/compat/libcuda.so.*")
+    )
+    return {
+        "cuda_toolkit": cuda_toolkit,
+        "rocm": rocm,
+        "env": env,
+        "torch": _torch_versions(),
+        "cuda_compat_libs": compat,
+    }
 
 
 def main():

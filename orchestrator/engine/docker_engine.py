@@ -53,6 +53,23 @@ def _env_map(env: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+def current_context_endpoint() -> tuple[str | None, Any]:
+    """The Docker CLI's current context (`docker context use NAME`), when it is not the default one.
+
+    DOCKER_HOST wins when set (as for the CLI); DOCKER_CONTEXT names a context explicitly.
+    """
+    from docker.context import ContextAPI
+
+    name = os.environ.get("DOCKER_CONTEXT")
+    try:
+        context = ContextAPI.get_context(name) if name else ContextAPI.get_current_context()
+    except docker.errors.DockerException:
+        return None, None
+    if context is None or context.name == "default":
+        return None, None
+    return context.Host, context.TLSConfig
+
+
 class DockerEngine:
     def __init__(self, client: docker.DockerClient, endpoint: str) -> None:
         self._client = client
@@ -60,6 +77,9 @@ class DockerEngine:
 
     @classmethod
     def connect(cls, base_url: str | None = None) -> DockerEngine:
+        tls: Any = None
+        if base_url is None and not os.environ.get("DOCKER_HOST"):
+            base_url, tls = current_context_endpoint()
         endpoint = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
         hint = "Start one (as root: `make engine`, or `dockerd &`), or point DOCKER_HOST at a running engine."
         # docker-py leaks its socket when a unix socket path does not exist; say so before it tries.
@@ -67,7 +87,7 @@ class DockerEngine:
             raise EngineUnavailable(f"no Docker engine answers at {endpoint}: the socket does not exist", hint=hint)
         client: docker.DockerClient | None = None
         try:
-            client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+            client = docker.DockerClient(base_url=base_url, tls=tls) if base_url else docker.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if client is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,29 @@ def test_a_failing_build_names_the_step_and_first_error(
     assert outcome.failed_step == "RUN python3 -c 'import no_such_module'"
     assert outcome.first_error is not None and "ModuleNotFoundError" in outcome.first_error
     assert "Step 4/4" not in outcome.log, "the build stops at the failing step"
+
+
+def test_docker_contexts_are_respected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With DOCKER_HOST unset, the Docker CLI's current context decides which engine orch talks to."""
+    from docker.context import ContextAPI
+
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text("{}")
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    ContextAPI.create_context("orch-nowhere", host=f"unix://{tmp_path}/nowhere.sock")
+    ContextAPI.create_context("orch-local", host="unix:///var/run/docker.sock")
+    env = {"DOCKER_CONFIG": str(config), "DOCKER_HOST": ""}
+    for name, code in (("orch-nowhere", 3), ("orch-local", 0)):
+        ContextAPI.set_current_context(name)
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            env={k: v for k, v in {**os.environ, **env}.items() if v},
+        )
+        assert result.returncode == code, (name, result.stderr)
+        if code == 3:
+            assert "nowhere.sock" in result.stderr

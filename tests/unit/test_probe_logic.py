@@ -74,3 +74,24 @@ def test_host_stage_passes_with_a_fitting_driver_and_runtime() -> None:
     result, verdict, _ = host_stage(loaded, host, _image({"CUDA_VERSION": "12.4.1"}), None)
     assert verdict.status == "supported"
     assert result.status == "passed", result.first_error
+
+
+def test_forward_compatibility_needs_a_datacenter_gpu_and_compat_libs_in_the_image() -> None:
+    from orchestrator.inventory import parse_inventory
+
+    loaded = load_dossier(TINY / "dossier-cuda.yaml", variant="local-cuda13")
+    host = _host(
+        nvidia=NvidiaDriverFacts(source="nvidia-smi", driver_version="535.183.01", gpus=[H100]),
+        docker=DockerGpuFacts(runtimes=["nvidia", "runc"], nvidia_runtime=True),
+    )
+    document = {
+        "python": {"version": "3.11.2"},
+        "pip": {"freeze": [], "check_ok": True},
+        "backend": {"torch": {"version": "2.14.1", "cuda": "13.0"}, "cuda_compat_libs": ["/usr/local/cuda/compat/libcuda.so.580.65.06"]},
+    }
+    with_compat = parse_inventory(document)
+    _, verdict, _ = host_stage(loaded, host, _image({}), with_compat)
+    assert verdict.status == "forward-compat-possible", verdict.explanation
+    without = parse_inventory({**document, "backend": {"torch": {"version": "2.14.1", "cuda": "13.0"}}})
+    _, verdict, _ = host_stage(loaded, host, _image({}), without)
+    assert verdict.status == "unsupported", verdict.explanation
