@@ -63,7 +63,13 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> N
 
 
 def run_rebuild(
-    loaded: LoadedDossier, out: Path, *, ca_bundle: Path | None, no_cache: bool, raise_on_failure: bool
+    loaded: LoadedDossier,
+    out: Path,
+    *,
+    ca_bundle: Path | None,
+    no_cache: bool,
+    raise_on_failure: bool,
+    network: str | None = None,
 ) -> Report:
     """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
     from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
@@ -80,7 +86,12 @@ def run_rebuild(
             record = run_build(
                 loaded,
                 engine,
-                BuildOptions(out=out, ca_bundle=ca_bundle or ca_bundle_from_environment(), no_cache=no_cache),
+                BuildOptions(
+                    out=out,
+                    ca_bundle=ca_bundle or ca_bundle_from_environment(),
+                    no_cache=no_cache,
+                    network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+                ),
                 on_line=progress.line,
                 on_stage=progress.stage,
             )
@@ -111,6 +122,12 @@ def run_rebuild(
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 @click.option(
+    "--network",
+    type=click.Choice(["none", "default", "host"]),
+    default=None,
+    help="Network of the build, as for orch build.",
+)
+@click.option(
     "--handover",
     "handover_dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -118,13 +135,19 @@ def run_rebuild(
     help="Also write a hand-over folder here when the report passed.",
 )
 def rebuild(
-    dossier: Path, out: Path, variant: str | None, ca_bundle: Path | None, no_cache: bool, handover_dir: Path | None
+    dossier: Path,
+    out: Path,
+    variant: str | None,
+    ca_bundle: Path | None,
+    no_cache: bool,
+    network: str | None,
+    handover_dir: Path | None,
 ) -> None:
     """The whole sequence in one command: build the image, probe it, write the report (and the hand-over)."""
     from orchestrator.dossier.load import load_dossier
 
     loaded = load_dossier(dossier, variant=variant)
-    run_rebuild(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, raise_on_failure=True)
+    run_rebuild(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, raise_on_failure=True, network=network)
     if handover_dir is not None:
         from orchestrator.console import make_console
         from orchestrator.engine import connect
