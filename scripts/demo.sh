@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# The main job end to end on the CPU example: validate the dossier, then `orch rebuild` — build the image
-# (wheelhouse collected on the host, build network off, inventory and image checks), probe it layer by
-# layer (image, host driver, device visibility, sample results re-read from the output folder and compared
-# with the reference) and write the report in every format. Run through `make demo`, which creates the
-# venv, starts the Docker engine and makes the local base image first.
+# The main job end to end, on the real embedding model (examples/minilm-embeddings, CPU):
+# validate the dossier, then `orch rebuild` — build the image (wheelhouse collected on the host, build
+# network off, inventory and image checks), probe it layer by layer (image, host driver, device
+# visibility, sample results re-read from the output folder and compared with the reference) — and
+# write the report in every format plus the hand-over folder another team can replay with `orch verify`.
+# Run through `make demo`, which creates the venv, starts the Docker engine and makes the base image first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out}
 orch=.venv/bin/orch
-dossier=examples/tiny-embeddings/dossier.yaml
+dossier=examples/minilm-embeddings/dossier.yaml
 
 printf '\n== validate %s\n' "$dossier"
 $orch validate "$dossier"
 
-printf '\n== rebuild: build, probe, report\n'
-$orch rebuild "$dossier" --out "$out/tiny-embeddings"
+rm -rf "$out/minilm-embeddings" "$out/minilm-embeddings-handover"
+printf '\n== rebuild: build, probe, report, hand-over\n'
+$orch rebuild "$dossier" --out "$out/minilm-embeddings" --handover "$out/minilm-embeddings-handover"
 
 echo
-echo "demo done: report $out/tiny-embeddings/report.html (and report.json, report.md, junit.xml);"
-echo "build record $out/tiny-embeddings/build.json; sample outputs $out/tiny-embeddings/sample-output/"
+echo "demo done: report in $out/minilm-embeddings/report.html (also report.json, report.md, junit.xml);"
+echo "hand-over folder in $out/minilm-embeddings-handover (replay it: .venv/bin/orch verify $out/minilm-embeddings-handover)"

