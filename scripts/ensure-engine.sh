@@ -30,7 +30,7 @@ if answers; then
   say "a Docker engine answers at ${DOCKER_HOST:-the default socket} (server $(docker version --format '{{.Server.Version}}'))."
   if [ "$(id -u)" = 0 ] && ! command -v debootstrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     say "installing debootstrap (needed by 'orch base')."
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    apt-get update -qq && NEEDRESTART_SUSPEND=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   fi
   exit 0
 fi
@@ -50,7 +50,7 @@ mapfile -t packages < <(need_packages)
 if [ "${#packages[@]}" -gt 0 ]; then
   say "no Docker engine answers; installing ${packages[*]} with apt-get."
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+  NEEDRESTART_SUSPEND=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
 
 if pgrep -x dockerd >/dev/null 2>&1; then

@@ -10,7 +10,7 @@ fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   say "installing chromium with apt-get (for the HTML report browser test)."
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  NEEDRESTART_SUSPEND=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 else
   say "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test will skip."
 fi
