@@ -87,7 +87,10 @@ def test_forward_compatibility_needs_a_datacenter_gpu_and_compat_libs_in_the_ima
     document = {
         "python": {"version": "3.11.2"},
         "pip": {"freeze": [], "check_ok": True},
-        "backend": {"torch": {"version": "2.14.1", "cuda": "13.0"}, "cuda_compat_libs": ["/usr/local/cuda/compat/libcuda.so.580.65.06"]},
+        "backend": {
+            "torch": {"version": "2.14.1", "cuda": "13.0"},
+            "cuda_compat_libs": ["/usr/local/cuda/compat/libcuda.so.580.65.06"],
+        },
     }
     with_compat = parse_inventory(document)
     _, verdict, _ = host_stage(loaded, host, _image({}), with_compat)
