@@ -87,3 +87,32 @@ class ToolMissing(EnvironmentFailure):
 
 class BaseImageMissing(EnvironmentFailure):
     code = "base-image-missing"
+
+
+class DiskFull(EnvironmentFailure):
+    """A write failed for want of space (ENOSPC, EDQUOT). Whatever was half-written has been removed."""
+
+    code = "disk-full"
+
+
+def from_os_error(exc: OSError) -> EnvironmentFailure:
+    """Translate an OSError that escaped every narrower handler into one message with its file.
+
+    Why at the edge: a full disk or a vanished folder can strike any write, and the user needs the
+    path and the reason, never a traceback. Outputs are written atomically (fsutil), so nothing
+    half-written is left to clean.
+    """
+    import errno
+    import os
+
+    where = f" ({exc.filename})" if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(
+            f"no space left on the device{where}",
+            hint="Free some space (docker image prune; old --out folders) or write to a larger disk, then run again.",
+        )
+    name = errno.errorcode.get(exc.errno or 0, "OSError")
+    return EnvironmentFailure(
+        f"{reason}{where} [{name}]", hint=f"Check the path and its permissions (uid {os.getuid()})."
+    )

@@ -19,6 +19,7 @@ and the hidden one has no SHA256SUMS, which `orch verify` requires.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -35,7 +36,7 @@ from orchestrator import __version__
 from orchestrator.build import read_record
 from orchestrator.dossier.load import LoadedDossier, file_sha256, iter_tree
 from orchestrator.engine import Engine
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, DiskFull
 from orchestrator.report.write import read_report
 
 HANDOVER_FORMAT = "orch.handover/1"
@@ -283,6 +284,16 @@ def write_handover(
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        free = shutil.disk_usage(out.parent).free
+        raise DiskFull(
+            f"no space left in {out.parent} while writing the hand-over (the image is "
+            f"{record.image.size_bytes / 1e9:.1f} GB before compression; {free / 1e9:.1f} GB are free now)",
+            hint="Nothing was left behind. Free some space or give --out a folder on a larger disk.",
+        ) from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -43,15 +43,18 @@ cli.add_command(verify)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from orchestrator.errors import OrchError
+    from orchestrator.errors import OrchError, from_os_error
 
     try:
         cli.main(args=argv, prog_name="orch", standalone_mode=False)
-    except OrchError as exc:
+    except (OrchError, OSError) as exc:
+        # A full disk or an unreadable folder can strike any write: it is said like any other error,
+        # with its file, exit 3 and no traceback. (rich is imported only here: `orch --help` stays fast.)
         from orchestrator.console import print_error
 
-        print_error(exc)
-        sys.exit(exc.exit_code)
+        error = exc if isinstance(exc, OrchError) else from_os_error(exc)
+        print_error(error)
+        sys.exit(error.exit_code)
     except (click.exceptions.Abort, KeyboardInterrupt):
         # Containers are removed by the engine's `finally` blocks before we get here.
         click.echo("Interrupted; orch removed the containers it had started.", err=True)

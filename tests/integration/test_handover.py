@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,15 @@ from tests.paths import EXAMPLES
 
 CANARY_USER = "orch-handover-canary"
 CANARY_SECRET = "hc-51e2-7f3a-canary"
+
+
+def _linked_copy(source: Path, dest: Path) -> Path:
+    """A copy of a hand-over folder made of hard links: the image tarball is hundreds of MB per copy.
+
+    A test that changes a file must replace it (unlink, then write), never write through the link.
+    """
+    shutil.copytree(source, dest, copy_function=os.link)
+    return dest
 
 
 def _rebuild(engine: Engine, loaded: LoadedDossier, out: Path) -> None:
@@ -83,8 +94,7 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert "docker load -i image.tar.gz" in procedure and manifest.image_id in procedure
     assert "orch verify ." in procedure and "needs **no credentials**" in (handed_over / "ACCESS.md").read_text()
 
-    fresh = tmp_path / "elsewhere" / "handover"
-    shutil.copytree(handed_over, fresh)
+    fresh = _linked_copy(handed_over, tmp_path / "elsewhere" / "handover")
     engine.remove_image(manifest.image_id)
     assert engine.image(manifest.image_id) is None
     result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
@@ -102,11 +112,11 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     "target", ["image.tar.gz", "dossier/sample/sample.jsonl", "report/report.json", "PROCEDURE.md", "manifest.json"]
 )
 def test_one_changed_byte_fails_verify_naming_the_file(handed_over: Path, tmp_path: Path, target: str) -> None:
-    copy = tmp_path / "handover"
-    shutil.copytree(handed_over, copy)
+    copy = _linked_copy(handed_over, tmp_path / "handover")
     path = copy / target
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
+    path.unlink()  # break the hard link: the shared hand-over stays intact for the other tests
     path.write_bytes(bytes(data))
     result = orch("verify", str(copy))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -114,8 +124,7 @@ def test_one_changed_byte_fails_verify_naming_the_file(handed_over: Path, tmp_pa
 
 
 def test_an_added_file_fails_verify(handed_over: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "handover"
-    shutil.copytree(handed_over, copy)
+    copy = _linked_copy(handed_over, tmp_path / "handover")
     (copy / "dossier" / "extra.txt").write_text("smuggled\n")
     result = orch("verify", str(copy))
     assert result.returncode == 1 and "dossier/extra.txt is in the folder but not in SHA256SUMS" in result.stderr
@@ -145,6 +154,32 @@ def test_killing_handover_halfway_leaves_no_folder_that_verifies(
     result = orch("verify", str(partial[0]))
     assert result.returncode == 1 and "not a complete hand-over folder" in result.stderr
     shutil.rmtree(partial[0])
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MiB filesystem (tmpfs): a hand-over into it meets a real ENOSPC."""
+    if os.geteuid() != 0 and os.environ.get("CI") != "true":
+        pytest.skip("mounting a tmpfs needs root (CI runs as root, as the engine needs)")
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_fails_the_handover_with_one_message_and_leaves_nothing(
+    handed_over: Path, small_disk: Path
+) -> None:
+    source = handed_over.parent / "rebuild"
+    dossier = handed_over.parent / "tiny-embeddings" / "dossier.yaml"
+    result = orch("handover", str(dossier), "--from", str(source), "--out", str(small_disk / "handover"))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "error[disk-full]" in result.stderr and f"no space left in {small_disk}" in result.stderr
+    assert "GB are free now" in result.stderr and "Traceback" not in result.stderr
+    assert list(small_disk.iterdir()) == [], "the half-written hand-over was removed"
 
 
 def test_a_canary_credential_is_nowhere_in_the_handover(

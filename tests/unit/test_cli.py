@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from click.testing import CliRunner
 from orchestrator import __version__
 from orchestrator.cli.main import cli, main
 from orchestrator.dossier.schema import dossier_json_schema
+from orchestrator.errors import from_os_error
 from tests.paths import EXAMPLES, REPO
 
 COMMANDS = ["validate", "render", "schema", "base"]
@@ -83,3 +86,17 @@ def test_markdown_reference_is_committed_and_current(tmp_path: Path) -> None:
     text = target.read_text()
     for section in ("## Dossier", "## PythonSpec", "## SystemSpec", "## OutputSpec", "## CosineComparison"):
         assert section in text
+
+
+@pytest.mark.parametrize(
+    ("number", "code", "words"),
+    [
+        (errno.ENOSPC, "disk-full", "no space left"),
+        (errno.EDQUOT, "disk-full", "no space left"),
+        (errno.EACCES, "environment", "Permission denied"),
+    ],
+)
+def test_os_errors_translate_by_errno(number: int, code: str, words: str) -> None:
+    error = from_os_error(OSError(number, os.strerror(number), "/data/out/report.json"))
+    assert error.exit_code == 3 and error.code == code
+    assert words in error.message and "/data/out/report.json" in error.message
