@@ -20,6 +20,7 @@ from orchestrator import __version__
 from orchestrator.build_context import context_tar
 from orchestrator.build_log import cache_stats
 from orchestrator.build_record import (
+    BUILD_FORMAT,
     BaseImageRef,
     BuildFailure,
     BuildRecord,
@@ -32,9 +33,10 @@ from orchestrator.build_record import (
 from orchestrator.checks import Check
 from orchestrator.code_source import inspect_code
 from orchestrator.context import write_context
+from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, ImageInfo, Network, RunSpec
-from orchestrator.errors import EnvironmentFailure
+from orchestrator.errors import BadInput, EnvironmentFailure
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.image_checks import image_checks
 from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
@@ -137,7 +139,7 @@ def _previous_inventory(path: Path, image_id: str) -> Inventory | None:
         return None
     try:
         previous = read_record(path)
-    except (OSError, ValueError):
+    except BadInput:
         return None  # an older or damaged record: probe again
     if previous.image is not None and previous.image.id == image_id and previous.inventory is not None:
         return previous.inventory
@@ -264,7 +266,8 @@ def write_record(path: Path, record: BuildRecord) -> None:
 
 
 def read_record(path: Path) -> BuildRecord:
-    return BuildRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    """Read `build.json`; a missing, damaged or foreign file is `BadInput` naming it."""
+    return read_document(path, BuildRecord, BUILD_FORMAT, "build record")
 
 
 def ca_bundle_from_environment() -> Path | None:

@@ -24,6 +24,11 @@ Each row has a verdict:
 - `intended`: a difference a declared variant explains (see below), shown with the variant's name and
   description, never as a regression;
 - `improved`: failed (or did not pass) in A, holds in B;
+- `host`: a fact of the machine that ran the probes differs (its NVIDIA or AMD driver, its ROCm, the
+  devices torch saw): the dossier does not fix the host, and a rebuild is expected to run on another
+  machine, so the row is shown and does not count against B. Whether it matters is what the stages and
+  numbers say (a GPU that B cannot see fails B's device stage: a `regression`). Added in orch 0.1 within
+  `orch.compare/1`; a reader that does not know it should treat it like `intended`;
 - `changed`: an unintended difference in what was built, where it ran, or what was checked;
 - `regression`: something that held in A does not in B (a stage, a check, a number out of tolerance).
 
@@ -41,7 +46,8 @@ identities always differ between a reference and its variant (the variant is par
 that is expected and shown as intended.
 
 **Verdict.** `regressed` when any row is `changed` or `regression`; `identical` when every row is `same`;
-`equivalent` otherwise (only intended differences, improvements, numbers within tolerance).
+`equivalent` otherwise (only intended differences, improvements, host differences, numbers within
+tolerance).
 `unintended` lists every `regression` row first (stages, then numbers), then every `changed` row
 (packages, system, stages, numbers, dossier), one line each: its first line is what `orch compare`
 names when it exits 1. What could not be compared (no inventory on a side, a stage that did not run)
@@ -52,7 +58,6 @@ Pure apart from reading the given files and the dossier: no Docker, no network, 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -64,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator import __version__
 from orchestrator.build_record import BUILD_FORMAT, BuildRecord
 from orchestrator.checks import Check
+from orchestrator.documents import format_of, read_json, validate
 from orchestrator.errors import BadInput
 from orchestrator.inventory import InventoryDiff, diff_inventories
 from orchestrator.report.model import REPORT_FORMAT, STAGES, Report, StageName, StageStatus
@@ -73,9 +79,10 @@ COMPARE_FORMAT = "orch.compare/1"
 REPORT_FILE = "report.json"
 BUILD_FILE = "build.json"
 
-Verdict = Literal["same", "within_tolerance", "intended", "improved", "changed", "regression"]
+Verdict = Literal["same", "within_tolerance", "intended", "improved", "host", "changed", "regression"]
 Overall = Literal["identical", "equivalent", "regressed"]
 UNINTENDED: tuple[Verdict, ...] = ("changed", "regression")
+HOST_NOTE = "another host: the dossier does not fix it; the stages and numbers say whether it matters"
 
 #: Sections of a dossier a variant can replace, in the order the dossier declares them.
 VARIANT_SECTIONS = ("system", "python", "compare")
@@ -214,17 +221,8 @@ def _record(side: Side) -> BuildRecord:
 def _read_document(path: Path) -> Report | BuildRecord:
     """A report or a build record, told apart by its `format`; anything else is `BadInput` naming the file."""
     expected = f"an orch report ({REPORT_FORMAT}) or build record ({BUILD_FORMAT})"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file; expected {expected}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a folder; expected {expected}") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot be read ({exc.strerror or exc}); expected {expected}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path}: not JSON ({one_line(str(exc), 120)}); expected {expected}") from None
-    found = data.get("format") if isinstance(data, dict) else None
+    data = read_json(path, expected)
+    found = format_of(data)
     model: type[Report] | type[BuildRecord]
     if found == REPORT_FORMAT:
         model, kind = Report, "report"
@@ -235,12 +233,7 @@ def _read_document(path: Path) -> Report | BuildRecord:
             raise BadInput(f"{path}: a JSON {type(data).__name__}, expected {expected}")
         shown = "a JSON object with no 'format'" if found is None else f"format {found!r}"
         raise BadInput(f"{path}: {shown}, expected {expected}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise BadInput(f"{path}: invalid {kind} at {where}: {one_line(first['msg'], 160)}") from None
+    return validate(model, data, path, kind)
 
 
 def _consistent(report: Report, record: BuildRecord) -> bool:
@@ -502,6 +495,10 @@ SYSTEM_FIELDS: tuple[tuple[str, Callable[[Side], str | None], frozenset[str]], .
 )
 
 
+#: The system rows that describe the host that ran the probes, not the image: see the `host` verdict.
+HOST_FIELDS = frozenset({"host NVIDIA driver", "host AMD driver", "host ROCm", "device count", "devices"})
+
+
 def _freeze(side: Side) -> tuple[list[str], str] | None:
     """`pip freeze` lines and the file they came from: the build record's inventory, else the report's image facts."""
     if side.record is not None and side.record.inventory is not None:
@@ -585,6 +582,8 @@ def _difference(
         return Difference(field=field, a=a, b=b, verdict="same")
     if intent is not None and intent.covers(sections):
         return Difference(field=field, a=a, b=b, verdict="intended", note=intent.label)
+    if field in HOST_FIELDS:
+        return Difference(field=field, a=a, b=b, verdict="host", note=HOST_NOTE)
     return Difference(field=field, a=a, b=b, verdict="changed", note=unexplained)
 
 
@@ -901,13 +900,14 @@ VERDICT_TEXT: dict[Verdict, str] = {
     "within_tolerance": "same within tolerance",
     "intended": "intended",
     "improved": "improved",
+    "host": "differs by host",
     "changed": "changed",
     "regression": "regression",
 }
 
 OVERALL_TEXT: dict[Overall, str] = {
     "identical": "identical: nothing differs",
-    "equivalent": "equivalent: only intended differences, improvements and numbers within tolerance",
+    "equivalent": "equivalent: only intended differences, host differences, improvements and numbers within tolerance",
     "regressed": "regressed: B differs from A in ways no declared variant explains",
 }
 

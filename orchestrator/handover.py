@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import gzip
-import json
 import os
 import shlex
 import shutil
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator import __version__
 from orchestrator.build import read_record
+from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier, file_sha256, iter_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
@@ -301,7 +301,4 @@ def write_handover(
 
 
 def read_manifest(folder: Path) -> Manifest:
-    try:
-        return Manifest.model_validate(json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{folder / MANIFEST_FILE} is not a hand-over manifest: {exc}") from None
+    return read_document(folder / MANIFEST_FILE, Manifest, HANDOVER_FORMAT, "hand-over manifest")

@@ -26,6 +26,7 @@ _VERDICT_STYLE: dict[Verdict, str] = {
     "within_tolerance": "green",
     "intended": "cyan",
     "improved": "green",
+    "host": "yellow",
     "changed": "red",
     "regression": "bold red",
 }

@@ -8,12 +8,9 @@ written, so a rendering bug leaves the previous report untouched rather than hal
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from orchestrator.errors import BadInput
+from orchestrator.documents import read_document
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.report.html import render_html
 from orchestrator.report.junit import render_junit
@@ -42,24 +39,4 @@ def read_report(path: Path) -> Report:
     """Read `report.json` (or the folder holding it). A missing, unreadable or foreign file is `BadInput`."""
     if path.is_dir():
         path = path / FILES["json"]
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such report") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read the report: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path}: not a JSON report: {exc}") from None
-    # Name a format mismatch in words instead of as a validation error on a Literal field.
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != REPORT_FORMAT:
-        raise BadInput(
-            f"{path}: not an orch report in format {REPORT_FORMAT} (format: {found!r})",
-            hint="a report written by another orch version may need that version to read it",
-        )
-    try:
-        return Report.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise BadInput(f"{path}: invalid report at {where}: {first['msg']}") from None
+    return read_document(path, Report, REPORT_FORMAT, "report")

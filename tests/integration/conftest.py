@@ -58,7 +58,28 @@ def _check_free_space(docker_root: str) -> None:
 
 
 def _image_ids(client: docker.DockerClient) -> set[str]:
+    """Top-level images: tagged ones and dangling ones (the tip of a finished multi-stage builder)."""
     return {str(image.id) for image in client.images.list()}
+
+
+def _remove_images_made_since(client: docker.DockerClient, before: set[str]) -> None:
+    """Remove the images made since `before` (never the base image, never what was there before).
+
+    Every integration build makes new layers of torch's size (a builder stage with the wheels and an
+    installed venv, then the final stage's copy): about 2 GB each, 15 GB for the CUDA 13 build. Left
+    until the session's end they peaked at 33 GB over a full run on a disk shared with other machines,
+    so they go when the test (or module, for a module's fixture) that made them ends. Removing an image
+    also removes its untagged parents that nothing else uses; dangling builder tips are top-level
+    images, so they go too. An image still in use is left for the session's final sweep.
+    """
+    for image in client.images.list():
+        labels = image.labels or {}
+        if str(image.id) in before or (BASE_LABEL in labels and IDENTITY_LABEL not in labels):
+            continue
+        try:
+            client.images.remove(str(image.id), force=True)
+        except docker.errors.APIError:
+            continue
 
 
 @pytest.fixture(scope="session")
@@ -69,31 +90,34 @@ def engine() -> Iterator[Engine]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and no Docker engine answers: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
+    yield connected
+    connected.close()
+
+
+@pytest.fixture(scope="session")
+def docker_client(engine: Engine) -> Iterator[docker.DockerClient]:
+    """A raw SDK client for the suite's own housekeeping; checks free space first, sweeps images last."""
     client = docker.from_env()
     _check_free_space(str(client.info().get("DockerRootDir", "/var/lib/docker")))
     before = _image_ids(client)
-    yield connected
-    connected.close()
+    yield client
     _remove_images_made_since(client, before)
+    client.images.prune(filters={"dangling": True})
     client.close()
 
 
-def _remove_images_made_since(client: docker.DockerClient, before: set[str]) -> None:
-    """Remove the images this session built (never the base image, never what was there before).
+@pytest.fixture(scope="module", autouse=True)
+def _module_images_removed(docker_client: docker.DockerClient) -> Iterator[None]:
+    before = _image_ids(docker_client)
+    yield
+    _remove_images_made_since(docker_client, before)
 
-    Every integration build makes a new image of torch's size; left behind they fill a shared disk
-    from one run to the next. Removing a top-level image removes its untagged build steps with it.
-    An image still in use is left for the next run.
-    """
-    for image in client.images.list():
-        labels = image.labels or {}
-        if str(image.id) in before or (BASE_LABEL in labels and IDENTITY_LABEL not in labels):
-            continue
-        try:
-            client.images.remove(str(image.id), force=True)
-        except docker.errors.APIError:
-            continue
-    client.images.prune(filters={"dangling": True})
+
+@pytest.fixture(autouse=True)
+def _test_images_removed(docker_client: docker.DockerClient) -> Iterator[None]:
+    before = _image_ids(docker_client)
+    yield
+    _remove_images_made_since(docker_client, before)
 
 
 @pytest.fixture(scope="session")

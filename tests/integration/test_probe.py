@@ -68,11 +68,13 @@ def test_cpu_example_passes_all_four_stages(cpu_report: tuple[Path, subprocess.C
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
 
 
-def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
-    engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """The app's CUDA dossier, built for real on the local base (torch 2.14.1 + its CUDA 13 wheels)."""
-    out = tmp_path_factory.mktemp("cuda13")
+def test_cuda_dossier_on_a_cpu_machine_fails_at_device(engine: Engine, base_image: BaseOutcome, tmp_path: Path) -> None:
+    """The app's CUDA dossier, built for real on the local base (torch 2.14.1 + its CUDA 13 wheels).
+
+    Its context holds 2.8 GB of wheels and its image 15 GB of layers: tmp_path and the image cleanup
+    remove both when it passes.
+    """
+    out = tmp_path
     before = all_containers()
     report = _build_and_probe(engine, TINY / "dossier-cuda.yaml", out, variant="local-cuda13")
     assert all_containers() == before

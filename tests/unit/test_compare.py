@@ -253,12 +253,30 @@ def test_a_stage_that_now_passes_is_an_improvement() -> None:
     assert any(line.startswith("sample checks: A's sample stage has none (not_run") for line in comparison.not_compared)
 
 
-def test_a_host_driver_change_without_a_variant_is_unintended() -> None:
-    a, b = cuda_reference(), replace(cuda_reference(), nvidia_driver="535.183.01")
+def test_another_host_is_shown_and_does_not_count_against_b() -> None:
+    """A rebuild on another machine: other driver, other GPU model, the same numbers."""
+    a = cuda_reference()
+    b = replace(cuda_reference(), nvidia_driver="535.183.01", devices=("NVIDIA H200",))
     comparison = compare_sides(side(a), side(b))
-    row = next(row for row in comparison.system if row.field == "host NVIDIA driver")
-    assert (row.a, row.b, row.verdict) == ("550.54.15 (CUDA ≤ 12.4)", "535.183.01 (CUDA ≤ 12.4)", "changed")
+    rows = {row.field: row for row in comparison.system if row.verdict != "same"}
+    assert set(rows) == {"host NVIDIA driver", "devices"}
+    driver = rows["host NVIDIA driver"]
+    assert (driver.a, driver.b, driver.verdict) == ("550.54.15 (CUDA ≤ 12.4)", "535.183.01 (CUDA ≤ 12.4)", "host")
+    assert rows["devices"].verdict == "host" and "another host" in (rows["devices"].note or "")
+    assert comparison.verdict == "equivalent" and comparison.unintended == []
+
+
+def test_a_host_whose_gpu_the_rebuild_cannot_see_is_a_regression() -> None:
+    """The host row alone does not judge; the device stage that fails on B does."""
+    b = replace(cuda_reference(), devices=(), compute_device="cpu")
+    rebuilt = make_report(b)
+    failed = rebuilt.stages["device"].model_copy(update={"status": "failed"})
+    b_side = Side(path=Path("b"), report=rebuilt.model_copy(update={"stages": {**rebuilt.stages, "device": failed}}))
+    comparison = compare_sides(side(cuda_reference()), b_side)
+    assert next(row for row in comparison.system if row.field == "device count").verdict == "host"
+    assert next(row for row in comparison.stages if row.stage == "device").verdict == "regression"
     assert comparison.verdict == "regressed"
+    assert comparison.unintended[0].startswith("device")
 
 
 def test_identical_sides_are_identical(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

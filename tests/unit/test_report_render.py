@@ -367,16 +367,31 @@ def test_write_report_writes_four_files_and_round_trips(report: Report, tmp_path
 
 
 def test_read_report_refuses_missing_foreign_and_broken_files(report: Report, tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="no such report"):
+    with pytest.raises(BadInput, match=r"absent\.json: no such file; expected an orch report \(orch\.report/1\)"):
         read_report(tmp_path / "absent.json")
     (tmp_path / "other.json").write_text(json.dumps({"format": "orch.build/1"}))
-    with pytest.raises(BadInput, match="not an orch report"):
+    with pytest.raises(BadInput, match=r"other\.json: format 'orch\.build/1', expected an orch report"):
         read_report(tmp_path / "other.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(BadInput, match=r"list\.json: a JSON list, expected an orch report"):
+        read_report(tmp_path / "list.json")
     (tmp_path / "junk.json").write_text("{")
-    with pytest.raises(BadInput, match="not a JSON report"):
+    with pytest.raises(BadInput, match=r"junk\.json: not JSON \("):
         read_report(tmp_path / "junk.json")
     broken = json.loads(report.model_dump_json())
     broken["stages"]["host"]["status"] = "exploded"
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(BadInput, match=r"stages\.host\.status"):
         read_report(tmp_path / "broken.json")
+
+
+def test_a_damaged_build_record_is_bad_input_naming_file_and_field(tmp_path: Path) -> None:
+    from orchestrator.build import read_record
+
+    path = tmp_path / "build.json"
+    path.write_text(json.dumps({"format": "orch.build/1", "status": "built"}))
+    with pytest.raises(BadInput, match=r"build\.json: invalid build record at "):
+        read_record(path)
+    path.write_text(json.dumps({"format": "orch.report/1"}))
+    with pytest.raises(BadInput, match=r"format 'orch\.report/1', expected an orch build record \(orch\.build/1\)"):
+        read_record(path)
