@@ -16,9 +16,13 @@ import pytest
 
 from orchestrator.base_image import LABEL as BASE_LABEL
 from orchestrator.base_image import BaseOutcome, BaseRecipe, ensure_base_image
+from orchestrator.build import BuildOptions, run_build
+from orchestrator.build_record import BuildRecord
+from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import MANAGED_LABEL, Engine, connect
 from orchestrator.errors import EngineUnavailable
 from orchestrator.plan import LABEL_PREFIX
+from tests.paths import EXAMPLES
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -104,6 +108,26 @@ def docker_client(engine: Engine) -> Iterator[docker.DockerClient]:
     _remove_images_made_since(client, before)
     client.images.prune(filters={"dangling": True})
     client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_tiny_layers(
+    docker_client: docker.DockerClient,
+    engine: Engine,
+    base_image: BaseOutcome,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> BuildRecord:
+    """examples/tiny-embeddings built once and kept until the session's end: its layers are the cache.
+
+    Most integration tests build a changed copy of that example: same base, same lock, same wheels,
+    so they reuse its OS and torch layers instead of installing torch again. Without this image the
+    per-test and per-module removal below would make each of them a cold build (the suite took
+    21 minutes instead of about 11).
+    """
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    record = run_build(loaded, engine, BuildOptions(out=tmp_path_factory.mktemp("warm-tiny")))
+    assert record.image is not None, record.failure
+    return record
 
 
 @pytest.fixture(scope="module", autouse=True)
