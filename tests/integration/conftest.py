@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import docker
 import pytest
@@ -31,10 +31,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-#: What the integration suite needs free at its start, measured with a disk monitor over a full run
-#: (docs/benchmarks.md, "Disk"): images of torch builds share their layers, hand-over copies are hard
-#: links, and passed tests' temporary folders are deleted as they end (tmp_path_retention_policy).
-NEEDED_FREE_GIB = 8
+#: What the integration suite needs free at its start. Measured with a disk monitor over a full run
+#: (docs/benchmarks.md, "Disk used by make test"): at most 7.5 GiB above the start outside the CUDA 13
+#: test, which checks for its own 27.3 GiB (`needs_free_space`). Images are removed as their test ends,
+#: hand-over copies are hard links, and a passed test's tmp_path is deleted (tmp_path_retention_policy).
+NEEDED_FREE_GIB = 10
 IDENTITY_LABEL = f"{LABEL_PREFIX}.dossier.identity"
 
 
@@ -42,20 +43,25 @@ def _free_gib(path: str) -> float:
     return shutil.disk_usage(path).free / 2**30
 
 
+def free_space_short(docker_root: str, needed_gib: float) -> str | None:
+    """Why the disk is too small for `needed_gib` more (temporary folder or engine data root), or None."""
+    places = {"the temporary folder": tempfile.gettempdir()}
+    if os.path.isdir(docker_root):  # a local engine: its images land on this machine's disk
+        places["the engine's data root"] = docker_root
+    if all(_free_gib(path) >= needed_gib for path in places.values()):
+        return None
+    free = "; ".join(f"{name} {path} has {_free_gib(path):.1f} GiB free" for name, path in places.items())
+    return f"needs {needed_gib:g} GiB free and {free}"
+
+
 def _check_free_space(docker_root: str) -> None:
     """Fail at once, saying where and how much, instead of a cascade of ENOSPC errors mid-run.
 
     The machines this runs on share their disk with others, and its free space varies (seen: 287 MB).
     """
-    places = {"the temporary folder": tempfile.gettempdir()}
-    if os.path.isdir(docker_root):  # a local engine: its images land on this machine's disk
-        places["the engine's data root"] = docker_root
-    short = [f"{name} {path} has {_free_gib(path):.1f} GiB free" for name, path in places.items()]
-    if any(_free_gib(path) < NEEDED_FREE_GIB for path in places.values()):
-        message = (
-            f"the integration tests need {NEEDED_FREE_GIB} GiB free and {'; '.join(short)}; "
-            "free some (`docker image prune`, old test folders) and run again"
-        )
+    short = free_space_short(docker_root, NEEDED_FREE_GIB)
+    if short is not None:
+        message = f"the integration tests {short}; free some (`docker image prune`, old test folders) and run again"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -108,6 +114,23 @@ def docker_client(engine: Engine) -> Iterator[docker.DockerClient]:
     _remove_images_made_since(client, before)
     client.images.prune(filters={"dangling": True})
     client.close()
+
+
+@pytest.fixture
+def needs_free_space(docker_client: docker.DockerClient) -> Callable[[float], None]:
+    """For a test far heavier than the rest: skip it, saying why, when the disk cannot hold it.
+
+    A skip, not a failure, even under CI=true: the shared disk's free space is not the project's to
+    set, the rest of the suite still runs, and the reason is printed in the summary (-ra).
+    """
+    root = str(docker_client.info().get("DockerRootDir", "/var/lib/docker"))
+
+    def check(needed_gib: float) -> None:
+        short = free_space_short(root, needed_gib)
+        if short is not None:
+            pytest.skip(f"this test {short}")
+
+    return check
 
 
 @pytest.fixture(scope="session", autouse=True)
