@@ -69,7 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator import __version__
 from orchestrator.build_record import BUILD_FORMAT, BuildRecord
 from orchestrator.checks import Check
-from orchestrator.documents import format_of, read_json, validate
+from orchestrator.documents import read_one_of
 from orchestrator.errors import BadInput
 from orchestrator.inventory import InventoryDiff, diff_inventories
 from orchestrator.report.model import REPORT_FORMAT, STAGES, Report, StageName, StageStatus
@@ -220,20 +220,9 @@ def _record(side: Side) -> BuildRecord:
 
 def _read_document(path: Path) -> Report | BuildRecord:
     """A report or a build record, told apart by its `format`; anything else is `BadInput` naming the file."""
-    expected = f"an orch report ({REPORT_FORMAT}) or build record ({BUILD_FORMAT})"
-    data = read_json(path, expected)
-    found = format_of(data)
-    model: type[Report] | type[BuildRecord]
-    if found == REPORT_FORMAT:
-        model, kind = Report, "report"
-    elif found == BUILD_FORMAT:
-        model, kind = BuildRecord, "build record"
-    else:
-        if not isinstance(data, dict):
-            raise BadInput(f"{path}: a JSON {type(data).__name__}, expected {expected}")
-        shown = "a JSON object with no 'format'" if found is None else f"format {found!r}"
-        raise BadInput(f"{path}: {shown}, expected {expected}")
-    return validate(model, data, path, kind)
+    document = read_one_of(path, {REPORT_FORMAT: (Report, "report"), BUILD_FORMAT: (BuildRecord, "build record")})
+    assert isinstance(document, Report | BuildRecord)
+    return document
 
 
 def _consistent(report: Report, record: BuildRecord) -> bool:

@@ -9,6 +9,7 @@ the file was damaged after orch wrote it (orch writes them atomically).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,19 +51,30 @@ def validate(model: type[M], data: Any, path: Path, kind: str) -> M:
         raise BadInput(f"{path}: invalid {kind} at {where}: {one_line(first['msg'], 160)}") from None
 
 
-def read_document(path: Path, model: type[M], document_format: str, kind: str) -> M:
-    """A document of exactly `document_format`, validated; a format mismatch is named in words.
+def read_one_of(path: Path, kinds: Mapping[str, tuple[type[BaseModel], str]]) -> BaseModel:
+    """A document of one of the formats in `kinds` (format → model and its name in words), validated.
 
     Why the format is checked before validation: a file of another format (or another orch version)
     would otherwise surface as a validation error on some unrelated field.
     """
-    expected = f"an orch {kind} ({document_format})"
+    expected = " or ".join(f"{kind} ({document_format})" for document_format, (_, kind) in kinds.items())
+    expected = f"an orch {expected}"
     data = read_json(path, expected)
     found = format_of(data)
-    if found != document_format:
-        shown = f"a JSON {type(data).__name__}" if not isinstance(data, dict) else f"format {found!r}"
-        raise BadInput(
-            f"{path}: {shown}, expected {expected}",
-            hint="A document written by another orch version may need that version to read it.",
-        )
+    if found is None or found not in kinds:
+        shown = f"format {found!r}" if found is not None else "a JSON object with no 'format'"
+        if not isinstance(data, dict):
+            shown = f"a JSON {type(data).__name__}"
+        # Only a newer or older version of the same document earns the hint; anything else is simply another file.
+        same_kind = found is not None and found.split("/")[0] in {name.split("/")[0] for name in kinds}
+        hint = "It was written by another orch version; read it with that version." if same_kind else None
+        raise BadInput(f"{path}: {shown}, expected {expected}", hint=hint)
+    model, kind = kinds[found]
     return validate(model, data, path, kind)
+
+
+def read_document(path: Path, model: type[M], document_format: str, kind: str) -> M:
+    """A document of exactly `document_format`, validated (see `read_one_of`)."""
+    document = read_one_of(path, {document_format: (model, kind)})
+    assert isinstance(document, model)  # read_one_of built it with `model`
+    return document

@@ -14,6 +14,9 @@ Exit codes are a contract (README, ``orch --help``):
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class OrchError(Exception):
     """Root of every error orch reports to a user."""
@@ -94,6 +97,9 @@ class DiskFull(EnvironmentFailure):
 
     code = "disk-full"
 
+    #: The errno values that mean "no room": out of space, or over a quota.
+    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 def from_os_error(exc: OSError) -> EnvironmentFailure:
     """Translate an OSError that escaped every narrower handler into one message with its file.
@@ -102,12 +108,9 @@ def from_os_error(exc: OSError) -> EnvironmentFailure:
     path and the reason, never a traceback. Outputs are written atomically (fsutil), so nothing
     half-written is left to clean.
     """
-    import errno
-    import os
-
     where = f" ({exc.filename})" if exc.filename else ""
     reason = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if exc.errno in DiskFull.ERRNOS:
         return DiskFull(
             f"no space left on the device{where}",
             hint="Free some space (docker image prune; old --out folders) or write to a larger disk, then run again.",

@@ -19,7 +19,6 @@ and the hidden one has no SHA256SUMS, which `orch verify` requires.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import os
 import shlex
@@ -286,7 +285,7 @@ def write_handover(
         os.replace(staging, out)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if exc.errno not in DiskFull.ERRNOS:
             raise
         free = shutil.disk_usage(out.parent).free
         raise DiskFull(

@@ -67,6 +67,11 @@ def _check_free_space(docker_root: str) -> None:
         pytest.skip(message)
 
 
+def _docker_root(client: docker.DockerClient) -> str:
+    """Where the engine keeps its images (checked for free space only when it is on this machine)."""
+    return str(client.info().get("DockerRootDir", "/var/lib/docker"))
+
+
 def _image_ids(client: docker.DockerClient) -> set[str]:
     """Top-level images: tagged ones and dangling ones (the tip of a finished multi-stage builder)."""
     return {str(image.id) for image in client.images.list()}
@@ -108,7 +113,7 @@ def engine() -> Iterator[Engine]:
 def docker_client(engine: Engine) -> Iterator[docker.DockerClient]:
     """A raw SDK client for the suite's own housekeeping; checks free space first, sweeps images last."""
     client = docker.from_env()
-    _check_free_space(str(client.info().get("DockerRootDir", "/var/lib/docker")))
+    _check_free_space(_docker_root(client))
     before = _image_ids(client)
     yield client
     _remove_images_made_since(client, before)
@@ -123,7 +128,7 @@ def needs_free_space(docker_client: docker.DockerClient) -> Callable[[float], No
     A skip, not a failure, even under CI=true: the shared disk's free space is not the project's to
     set, the rest of the suite still runs, and the reason is printed in the summary (-ra).
     """
-    root = str(docker_client.info().get("DockerRootDir", "/var/lib/docker"))
+    root = _docker_root(docker_client)
 
     def check(needed_gib: float) -> None:
         short = free_space_short(root, needed_gib)
@@ -145,7 +150,8 @@ def _warm_tiny_layers(
     Most integration tests build a changed copy of that example: same base, same lock, same wheels,
     so they reuse its OS and torch layers instead of installing torch again. Without this image the
     per-test and per-module removal below would make each of them a cold build (the suite took
-    21 minutes instead of about 11).
+    21 minutes instead of about 11). It asks for `docker_client` so that the session's image snapshot
+    is taken before it: the final sweep removes it.
     """
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
     record = run_build(loaded, engine, BuildOptions(out=tmp_path_factory.mktemp("warm-tiny")))

@@ -372,6 +372,10 @@ def test_read_report_refuses_missing_foreign_and_broken_files(report: Report, tm
     (tmp_path / "other.json").write_text(json.dumps({"format": "orch.build/1"}))
     with pytest.raises(BadInput, match=r"other\.json: format 'orch\.build/1', expected an orch report"):
         read_report(tmp_path / "other.json")
+    (tmp_path / "newer.json").write_text(json.dumps({"format": "orch.report/2"}))
+    with pytest.raises(BadInput, match=r"format 'orch\.report/2'") as newer:
+        read_report(tmp_path / "newer.json")
+    assert newer.value.hint is not None and "another orch version" in newer.value.hint
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(BadInput, match=r"list\.json: a JSON list, expected an orch report"):
         read_report(tmp_path / "list.json")
