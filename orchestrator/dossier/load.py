@@ -32,6 +32,7 @@ from orchestrator.dossier.paths import (
     OnBytes,
     TreeFile,
     Where,
+    check_relative,
     file_sha256,
     locate,
     tree_sha256,
@@ -294,6 +295,9 @@ def load_dossier(
         raise _first_validation_error(file, exc, doc) from None
 
     root = dossier_path.parent
+    # The entry point lies in the code's tree, which for git is only known at build time: here its form.
+    entry = "code.entrypoint"
+    check_relative(reference.code.entrypoint, Where(file, entry, doc.line_of(_field_path(entry))))
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     located: list[tuple[str, str, Path, list[TreeFile] | None]] = []

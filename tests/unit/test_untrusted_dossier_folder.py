@@ -114,6 +114,18 @@ HOSTILE = [
         "python.requirements",
     ),
     Hostile(
+        "nul-byte-entrypoint",
+        lambda r, s: _edit(r, "entrypoint: embed.py", 'entrypoint: "embed\\0.py"'),
+        "NUL byte",
+        "code.entrypoint",
+    ),
+    Hostile(
+        "entrypoint-absolute",
+        lambda r, s: _edit(r, "entrypoint: embed.py", f"entrypoint: {s}"),
+        "absolute",
+        "code.entrypoint",
+    ),
+    Hostile(
         "symlink-loop-input",
         lambda r, s: (
             (_link(r, "sample/a", "b"), _link(r, "sample/b", "a"))[0]
