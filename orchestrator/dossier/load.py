@@ -9,9 +9,11 @@ tables (for the reference and every declared variant).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +35,13 @@ from orchestrator.dossier.paths import (
     TreeFile,
     Where,
     check_relative,
+    describe_mode,
     file_sha256,
     locate,
     tree_sha256,
     walk_tree,
 )
-from orchestrator.dossier.yaml_source import FieldPath, YamlDocument, YamlSourceError, read_yaml
+from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, YamlSourceError, read_yaml
 from orchestrator.errors import DossierError
 
 __all__ = ["LoadedDossier", "file_sha256", "load_dossier"]
@@ -254,6 +257,46 @@ def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
     return lock
 
 
+def _read_dossier_file(given: Path) -> tuple[Path, bytes]:
+    """The dossier's real path and at most MAX_BYTES + 1 of its bytes, by the folder rule.
+
+    A link is followed only inside the folder it sits in; a FIFO or device is refused by its kind,
+    never read (`/dev/zero` would fill memory, a FIFO would block).
+    """
+    file = str(given)
+    folder = Path(os.path.realpath(given.parent))
+    try:
+        mode = os.lstat(given).st_mode
+        real = Path(os.path.realpath(given, strict=True))
+    except FileNotFoundError:
+        raise DossierError(file, "no such file: give the path of a dossier YAML file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DossierError(file, f"is a symlink loop (it points to {os.readlink(given)!r})") from None
+        raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+    if stat.S_ISLNK(mode) and not real.is_relative_to(folder):
+        raise DossierError(
+            file,
+            f"is a symlink to {os.readlink(given)!r}, outside its folder {folder}: orch never follows a link "
+            "out of a dossier's folder; give the real file",
+        )
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise DossierError(file, "is a folder; give the dossier YAML file inside it")
+        raise DossierError(file, f"is {describe_mode(mode)}; give the dossier YAML file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            return real, handle.read(MAX_BYTES + 1)  # read_yaml says "too large" past MAX_BYTES
+        except OSError as exc:
+            raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+
+
 def load_dossier(
     path: str | Path,
     *,
@@ -266,15 +309,7 @@ def load_dossier(
     `check_fingerprints` also compares each declared sha256 with it and stops at the first mismatch.
     `on_total` receives the number of bytes to hash, then `on_bytes` each chunk (a progress bar)."""
     file = str(path)
-    dossier_path = Path(path).resolve()
-    try:
-        raw = dossier_path.read_bytes()
-    except FileNotFoundError:
-        raise DossierError(file, "no such file: give the path of a dossier YAML file") from None
-    except IsADirectoryError:
-        raise DossierError(file, "is a folder; give the dossier YAML file inside it") from None
-    except OSError as exc:
-        raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+    dossier_path, raw = _read_dossier_file(Path(path))
     try:
         doc = read_yaml(raw)
     except YamlSourceError as exc:

@@ -76,17 +76,24 @@ def describe_mode(mode: int) -> str:
     return "not a regular file"
 
 
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor on `path`, checked with fstat to be a regular file (else closed and refused)."""
+    fd = os.open(path, flags)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(errno.EINVAL, f"{describe_mode(mode)}, not a regular file", str(path))
+    return fd
+
+
 def file_sha256(path: Path, on_bytes: OnBytes | None = None) -> str:
     """sha256 of a regular file, streamed. Anything else raises `NotRegularFile` without blocking.
 
     O_NONBLOCK makes opening a FIFO return at once (a plain open waits for a writer forever); fstat on
     the open descriptor then tells what was really opened, whatever was checked before.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = _open_regular(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, f"{describe_mode(mode)}, not a regular file", str(path))
         digest = hashlib.sha256()
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
@@ -242,12 +249,9 @@ def copy_tree(files: list[TreeFile], dest: Path) -> None:
 
 def copy_regular_file(source: Path, target: Path) -> None:
     """Copy one regular file (checked on the open descriptor, so a swap to a FIFO or link cannot slip in)."""
-    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"{describe_mode(info.st_mode)}, not a regular file", str(source))
-        with target.open("wb") as out:
-            while chunk := handle.read(_CHUNK):
-                out.write(chunk)
+    fd = _open_regular(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    info = os.fstat(fd)
+    with os.fdopen(fd, "rb") as handle, target.open("wb") as out:
+        while chunk := handle.read(_CHUNK):
+            out.write(chunk)
     target.chmod(0o755 if info.st_mode & 0o111 else 0o644)

@@ -246,3 +246,49 @@ def test_an_input_through_an_inside_link_is_accepted(tiny_example: Path) -> None
 def test_the_examples_have_no_links_and_keep_loading() -> None:
     for dossier in sorted(EXAMPLES.glob("*/dossier*.yaml")):
         assert load_dossier(dossier).links == {}, dossier
+
+
+# --- the dossier file itself, as given on the command line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "link-out", "loop"])
+def test_the_dossier_argument_is_checked_before_it_is_read(
+    kind: str, tiny_example: Path, secret: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tiny_example / "given.yaml"
+    expected = {"fifo": "FIFO", "dev-zero": "character device", "link-out": "outside", "loop": "symlink loop"}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dev-zero":
+        target = Path("/dev/zero")
+    elif kind == "link-out":
+        outside = secret.parent / "dossier.yaml"
+        shutil.copy(tiny_example / "dossier.yaml", outside)
+        target.symlink_to(outside)
+    else:
+        target.symlink_to("given.yaml")
+    outcome: list[int] = []
+
+    def run() -> None:
+        try:
+            main(["validate", str(target)])
+        except SystemExit as exc:
+            outcome.append(int(exc.code or 0))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    if worker.is_alive():
+        if kind == "fifo":
+            with open(target, "wb"):
+                pass
+        pytest.fail("orch blocked on (or kept reading) the dossier argument")
+    assert outcome == [2]
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert CANARY not in err
+
+
+def test_a_dossier_linked_from_inside_its_folder_loads(tiny_example: Path) -> None:
+    (tiny_example / "current.yaml").symlink_to("dossier.yaml")
+    assert load_dossier(tiny_example / "current.yaml").model.name == "tiny-embeddings"
