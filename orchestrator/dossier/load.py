@@ -44,7 +44,18 @@ from orchestrator.dossier.paths import (
 from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, YamlSourceError, read_yaml
 from orchestrator.errors import DossierError
 
-__all__ = ["LoadedDossier", "file_sha256", "load_dossier"]
+# file_sha256 lives in `paths` and is re-exported: callers hash files as `load` does.
+__all__ = [
+    "DeclaredFingerprint",
+    "LoadedDossier",
+    "apply_variant",
+    "declared_fingerprints",
+    "dossier_identity",
+    "file_sha256",
+    "fingerprint_mismatch",
+    "load_dossier",
+    "where_differ",
+]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.main import main
-from orchestrator.cli.progress import hash_progress
 from orchestrator.dossier.load import file_sha256, load_dossier
 from tests.paths import EXAMPLES
 
@@ -93,6 +92,8 @@ def test_loading_without_the_check_still_works_for_build_and_probe(tmp_path: Pat
 
 
 def test_a_large_hash_shows_a_byte_bar_and_a_small_one_none() -> None:
+    from orchestrator.cli.progress import hash_progress
+
     shown = io.StringIO()
     console = Console(file=shown, force_terminal=True, width=100)
     with hash_progress(console, "hashing weights", threshold=1000) as bar:
