@@ -292,3 +292,16 @@ def test_the_dossier_argument_is_checked_before_it_is_read(
 def test_a_dossier_linked_from_inside_its_folder_loads(tiny_example: Path) -> None:
     (tiny_example / "current.yaml").symlink_to("dossier.yaml")
     assert load_dossier(tiny_example / "current.yaml").model.name == "tiny-embeddings"
+
+
+def test_probe_mounts_check_again_after_load(tiny_example: Path, secret: Path, tmp_path: Path) -> None:
+    """A link swapped in after load is never mounted into the sample's container."""
+    from orchestrator.errors import DossierError
+    from orchestrator.probe import sample_mounts, verify_fingerprints
+
+    loaded = load_dossier(tiny_example / "dossier.yaml")
+    _link(tiny_example, "sample/sample.jsonl", secret)
+    with pytest.raises(DossierError, match="outside the dossier's folder"):
+        sample_mounts(loaded, tmp_path / "o", tmp_path / "m", tmp_path / "s")
+    with pytest.raises(DossierError, match="outside the dossier's folder"):
+        verify_fingerprints(loaded)
