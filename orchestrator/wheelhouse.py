@@ -22,6 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from packaging.markers import Marker
 
+from orchestrator.build_log import first_error, missing_pin, pin_not_found
 from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
@@ -186,9 +187,9 @@ def pip_index_environment(indexes: Sequence[IndexSpec], use_pypi: bool, environ:
 
 
 def _first_error(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("ERROR:"):
-            return line
+    found = first_error(output.splitlines())
+    if found is not None:
+        return found
     lines = [line for line in output.splitlines() if line.strip()]
     return lines[-1] if lines else "pip gave no output"
 
@@ -204,8 +205,12 @@ def collect_wheels(
     cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
     run: Runner = subprocess.run,
+    lock_file: str | None = None,
 ) -> list[Wheel]:
-    """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks."""
+    """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks.
+
+    `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
+    """
     if not lock.fully_hashed:
         raise BadInput("wheelhouse mode needs a lock with --hash on every line")
     cache = cache or default_cache_dir()
@@ -228,6 +233,10 @@ def collect_wheels(
             except subprocess.TimeoutExpired:
                 raise WheelhouseError("pip download ran for more than an hour and was stopped") from None
             if result.returncode != 0:
+                not_found = missing_pin(result.stdout + "\n" + result.stderr)
+                if not_found is not None:
+                    where = f"the dossier's indexes for Python {target.python_version}, {target.machine}"
+                    raise pin_not_found(lock, lock_file, not_found, where)
                 raise WheelhouseError(
                     "downloading the locked wheels for the target image failed: "
                     + redact(_first_error(result.stdout + "\n" + result.stderr)),
