@@ -30,7 +30,7 @@ from orchestrator.build_record import BuildRecord
 from orchestrator.checks import Check, first_failure
 from orchestrator.dossier.load import LoadedDossier, file_sha256
 from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec
-from orchestrator.errors import BaseImageMissing
+from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.host.facts import CompatVerdict, HostFacts
@@ -107,10 +107,18 @@ def not_run(name: StageName, reason: str) -> StageResult:
 def resolve_image(engine: Engine, loaded: LoadedDossier, options: ProbeOptions) -> ImageInfo:
     ref = options.image or default_tag(loaded)
     image = engine.image(ref)
+    if image is None and options.image is not None:
+        raise ImageNotBuilt(
+            f"the image {ref} given with --image is not in the engine",
+            hint="Check the reference (`docker images`), or leave out --image to probe the image `orch build` "
+            "made for this dossier.",
+        )
     if image is None:
-        raise BaseImageMissing(
-            f"image {ref} is not in the engine",
-            hint="Build it first: `orch build DOSSIER --out DIR` (or `orch rebuild`), or pass --image REF.",
+        # The tag carries the identity prefix: any change to the dossier, a file it references or --variant
+        # asks for an image that was never built, even when an older one of the same name exists.
+        raise ImageNotBuilt(
+            f"the app image {ref} for this dossier identity ({loaded.short_identity}) is not built",
+            hint="Build it first: `orch build DOSSIER --out DIR`, or build and probe in one go with `orch rebuild`.",
         )
     return image
 
@@ -180,6 +188,14 @@ def image_backend(image: ImageInfo, inventory: Inventory | None) -> tuple[str | 
     return cuda, image.env.get("NVIDIA_REQUIRE_CUDA"), rocm
 
 
+def cpu_variant_of(loaded: LoadedDossier) -> str | None:
+    """The first variant the dossier declares for the CPU platform: the only CPU fallback orch may suggest."""
+    for variant in loaded.reference_model.variants:
+        if variant.system is not None and variant.system.platform == "cpu":
+            return variant.name
+    return None
+
+
 def plan_gpu_mapping(platform: str, host: HostFacts) -> GpuMapping:
     if platform == "cuda":
         docker = host.docker
@@ -232,6 +248,7 @@ def host_stage(
             host.nvidia,
             datacenter_gpu=datacenter,
             image_has_compat_libs=bool(inventory and inventory.backend.cuda_compat_libs),
+            cpu_variant=cpu_variant_of(loaded),
         )
         looked = "NVML, nvidia-smi, /sys/module/nvidia/version, /proc/driver/nvidia/version"
         checks.append(
@@ -263,7 +280,7 @@ def host_stage(
             )
         )
     else:
-        verdict = rocm_verdict(rocm, host.amd, host.kfd_present)
+        verdict = rocm_verdict(rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant_of(loaded))
         checks.append(
             _check(
                 "AMD GPU driver present",
