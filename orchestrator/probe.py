@@ -34,7 +34,7 @@ from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.host.facts import CompatVerdict, HostFacts
-from orchestrator.image_checks import image_checks
+from orchestrator.image_checks import image_checks, reference_inventory_warning
 from orchestrator.inventory import Inventory, diff_inventories
 from orchestrator.plan import LABEL_PREFIX, RUNTIME_UID
 from orchestrator.report.model import (
@@ -55,6 +55,8 @@ DEVICE_PROBE_TIMEOUT_S = 600
 class ProbeOptions:
     out: Path
     image: str | None = None
+    #: `orch rebuild`: the image was built moments ago in the same run, so its build is the image stage's work.
+    built_in_this_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def _stage(
     facts: dict[str, Any],
     *,
     error: StageError | None = None,
+    warnings: list[str] | None = None,
 ) -> StageResult:
     failed = first_failure(checks)
     if error is None and failed is not None:
@@ -94,6 +97,7 @@ def _stage(
         checks=checks,
         duration_s=round(time.monotonic() - started, 3),
         first_error=error,
+        warnings=warnings or [],
     )
 
 
@@ -124,16 +128,34 @@ def resolve_image(engine: Engine, loaded: LoadedDossier, options: ProbeOptions) 
 
 
 def image_stage(
-    engine: Engine, loaded: LoadedDossier, image: ImageInfo, out: Path
+    engine: Engine, loaded: LoadedDossier, image: ImageInfo, out: Path, *, built_in_this_run: bool = False
 ) -> tuple[StageResult, Inventory | None]:
+    """The image's contents against the dossier.
+
+    Its duration: when `orch rebuild` built the image in this run, the build is this stage's work, so the
+    build's time (from build.json) is counted in; a probe of an earlier build counts only its own time and
+    records the build's in the facts, so no 112 s build is ever shown as a 0.00 s stage.
+    """
     started = time.monotonic()
     inventory: Inventory | None = None
     source = "inventory probe"
+    build_facts: dict[str, Any] = {}
     build_json = out / "build.json"
     if build_json.is_file():
         record = read_record(build_json)
-        if record.image is not None and record.image.id == image.id and record.inventory is not None:
-            inventory, source = record.inventory, "build.json of this image"
+        if record.image is not None and record.image.id == image.id:
+            build_s = record.durations_s.get("total")
+            if build_s is not None:
+                build_facts["build_seconds"] = build_s
+                build_facts["built"] = (
+                    "in this run (orch rebuild): the stage's duration includes the build"
+                    if built_in_this_run
+                    else "earlier: the build's time is recorded in build.json, not in this stage's duration"
+                )
+                if built_in_this_run:
+                    started -= build_s
+            if record.inventory is not None:
+                inventory, source = record.inventory, "build.json of this image"
     if inventory is None:
         inventory, error = run_inventory(engine, image.id)
         if inventory is None:
@@ -172,8 +194,10 @@ def image_stage(
         "os": inventory.os_release.get("PRETTY_NAME"),
         "packages": len(inventory.pip_freeze),
         "os_packages": len(inventory.os_packages),
+        **build_facts,
     }
-    return _stage("image", started, checks, facts), inventory
+    warning = reference_inventory_warning(loaded)
+    return _stage("image", started, checks, facts, warnings=[warning] if warning else None), inventory
 
 
 # -- host ----------------------------------------------------------------------------------------------
@@ -644,7 +668,7 @@ def run_probe(
         notes.append(note)
 
     stage("image")
-    image_result, inventory = image_stage(engine, loaded, image, out)
+    image_result, inventory = image_stage(engine, loaded, image, out, built_in_this_run=options.built_in_this_run)
     stage("host")
     host = host_facts() if host_facts else collect_host_facts(engine.info())
     host_result, verdict, mapping = host_stage(loaded, host, image, inventory)
