@@ -176,7 +176,9 @@ def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, p
     image = resolve_base_image(model.system)
     problem: Incoherence | None = image if isinstance(image, Incoherence) else None
     if problem is None and isinstance(image, ResolvedBaseImage):
-        problem = check_python_fits_image(model.python, image) or check_torch(model.system, model.python, lock)
+        problem = check_python_fits_image(model.python, image, model.system) or check_torch(
+            model.system, model.python, lock
+        )
     if problem is not None:
         field = prefix + problem.field if prefix else problem.field
         line = doc.line_of(_field_path(field))

@@ -94,3 +94,57 @@ def test_the_probes_host_stage_gives_the_same_advice(tiny_example: Path) -> None
     declared = load_dossier(tiny_example / "dossier-cuda.yaml")
     _, verdict, _ = host_stage(declared, NO_GPU_HOST, image, None)
     assert "--variant cpu" in verdict.explanation
+
+
+# -- torch ↔ backend and Python ↔ base image: the working choices, from the data tables -------------------
+
+
+def _torch_message(platform: str, version: str, torch: str) -> str:
+    from orchestrator.dossier.coherence import check_torch
+    from orchestrator.dossier.lock import parse_lock
+    from orchestrator.dossier.models import PythonSpec, SystemSpec
+
+    system = SystemSpec.model_validate({"platform": platform, "version": version})
+    python = PythonSpec(version="3.11", requirements="requirements.lock")
+    result = check_torch(system, python, parse_lock(f"torch=={torch}\n"))
+    assert result is not None
+    return result.message
+
+
+def test_a_torch_without_the_cuda_build_names_pypis_cuda_and_the_series_that_have_it() -> None:
+    message = _torch_message("cuda", "12.4", "2.13.0+cu124")
+    assert "torch 2.13 has no cuda 12.4 build" in message
+    assert "PyPI's torch 2.13.0 (no local tag) is a CUDA 13.0 build" in message
+    assert 'system.version: "13.0"' in message and "torch==2.13.0" in message
+    assert "torch series with a cuda 12.4 build: 2.4, 2.5, 2.6" in message
+
+
+def test_pypis_wheel_for_another_cuda_does_not_advise_a_build_that_does_not_exist() -> None:
+    message = _torch_message("cuda", "12.4", "2.13.0")
+    assert "pin torch==2.13.0+cu124" not in message, "torch's index has no cu124 build of 2.13"
+    assert 'system.version: "13.0"' in message
+    assert "2.4, 2.5, 2.6" in message
+    # Where the build exists, pinning it stays the advice.
+    assert "pin torch==2.4.1+cu124" in _torch_message("cuda", "12.4", "2.4.1")
+
+
+def test_a_torch_without_the_rocm_build_names_the_series_that_have_it() -> None:
+    message = _torch_message("rocm", "6.2", "2.13.0+rocm6.2")
+    assert "torch series with a rocm 6.2 build: 2.5" in message
+
+
+def test_python_that_does_not_fit_the_base_image_names_the_images_that_carry_it() -> None:
+    from orchestrator.dossier.coherence import check_python_fits_image, resolve_base_image
+    from orchestrator.dossier.models import PythonSpec, SystemSpec
+
+    image = resolve_base_image(SystemSpec(platform="cuda", version="13.0"))
+    assert not hasattr(image, "message")
+    system = SystemSpec(platform="cuda", version="13.0")
+    problem = check_python_fits_image(PythonSpec(version="3.11", requirements="r.lock"), image, system)  # type: ignore[arg-type]
+    assert problem is not None
+    message = problem.message
+    assert "Python 3.11 does not fit base image nvidia/cuda:13.0.0-runtime-ubuntu24.04, which provides 3.12" in message
+    assert "set python.version to 3.12" in message
+    assert "orch/debian-python:bookworm" in message, "the platform-neutral base made by `orch base` carries 3.11"
+    assert "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 (cuda 12.4)" in message
+    assert "system.base_image.ref" in message
