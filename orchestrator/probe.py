@@ -49,6 +49,8 @@ from orchestrator.report.model import (
 from orchestrator.resources import probe_source
 
 DEVICE_PROBE_TIMEOUT_S = 600
+#: What the device probe reports that the device stage keeps as facts.
+DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,7 @@ def host_stage(
         "amd": host.amd.model_dump() if host.amd else None,
         "docker": host.docker.model_dump() if host.docker else None,
         "kfd_present": host.kfd_present,
+        "cpu": host.cpu.model_dump() if host.cpu else None,
         "gpu_mapping": mapping.description,
         "notes": host.notes,
     }
@@ -439,7 +442,11 @@ def device_stage(
         RunSpec(
             image=image.id,
             command=["python", "-I", "-c", probe_source("device.py")],
-            environment={"ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version})},
+            # Under the sample's CPU knobs, so the capability it reports is the one the sample gets.
+            environment={
+                "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version}),
+                **cpu_knob_environment(loaded),
+            },
             timeout_s=DEVICE_PROBE_TIMEOUT_S,
             labels={f"{LABEL_PREFIX}.probe": "device"},
             nvidia_gpus=mapping.nvidia_gpus,
@@ -470,9 +477,7 @@ def device_stage(
                 step="device probe", message=f"exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
             ),
         )
-    facts = {
-        key: found.get(key) for key in ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute")
-    }
+    facts = {key: found.get(key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
     return _stage("device", started, device_checks(platform, version, found, mapping), facts)
 
@@ -544,7 +549,14 @@ def sample_environment(loaded: LoadedDossier) -> dict[str, str]:
     if determinism.cublas_workspace_config:
         env["CUBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
         env["HIPBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
+    env.update(cpu_knob_environment(loaded))
     return env
+
+
+def cpu_knob_environment(loaded: LoadedDossier) -> dict[str, str]:
+    """The CPU knobs the dossier pins (determinism.cpu), as the environment torch and oneDNN read at start-up."""
+    cpu = loaded.model.determinism.cpu
+    return cpu.environment() if cpu is not None else {}
 
 
 def sample_stage(
@@ -758,10 +770,7 @@ def run_host_mode(
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
-            facts = {
-                key: found.get(key)
-                for key in ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute")
-            }
+            facts = {key: found.get(key) for key in DEVICE_FACTS}
             facts["python"] = python
             device = _stage("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()

@@ -287,8 +287,13 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     Paths are dossier-relative, so moving the folder keeps the identity; changing a byte of any
     referenced file, or choosing a variant, changes it.
     """
+    dumped = model.model_dump(mode="json")
+    # determinism.cpu came after dossier format 1 shipped: left out while unset, so every dossier that does not
+    # use it keeps its identity (and its image tag and hand-overs).
+    if dumped["determinism"].get("cpu") is None:
+        dumped["determinism"].pop("cpu", None)
     payload = {
-        "dossier": model.model_dump(mode="json"),
+        "dossier": dumped,
         "files": dict(sorted(files.items())),
         "variant": variant,
     }
