@@ -74,6 +74,9 @@ def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
     host = diagnosis.host
     nvidia = host.nvidia
     console.print(f"kernel   {escape(host.kernel)}")
+    if host.cpu:
+        flags = " ".join(host.cpu.isa_flags) or "none of note"
+        console.print(f"cpu      {escape(host.cpu.model or '?')}, {host.cpu.logical_cpus} logical; ISA {flags}")
     if nvidia:
         console.print(
             f"nvidia   driver {nvidia.driver_version} ({nvidia.source}), CUDA ≤ {nvidia.cuda_driver_version}, {len(nvidia.gpus)} GPU(s)"

@@ -154,3 +154,18 @@ def test_dossiers_without_cpu_knobs_keep_their_identity(tiny_example: Path) -> N
     loaded = load_dossier(tiny_example / "dossier.yaml")
     assert f"# Dossier identity: {loaded.identity}" in golden, "adding the knobs changed no existing identity"
     assert load_dossier(_with_knobs(tiny_example)).identity != loaded.identity, "pinning a knob is a new identity"
+
+
+def test_doctor_prints_the_cpu() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.cli.summary import print_doctor
+    from orchestrator.doctor import Diagnosis
+
+    buffer = io.StringIO()
+    host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=parse_cpuinfo(CPUINFO))
+    print_doctor(Console(file=buffer, width=300), Diagnosis(host=host))
+    line = next(line for line in buffer.getvalue().splitlines() if line.startswith("cpu"))
+    assert "Xeon(R) Platinum 8480+" in line and "avx512f" in line and "amx_tile" in line
