@@ -267,9 +267,12 @@ def run_build(
         # pip in the build could not find a pinned version: the lock is wrong, not the build (exit 2).
         missing = missing_pin(outcome.log)
         if missing is not None:
-            raise pin_not_found(
-                loaded.lock, loaded.model.python.requirements, missing, "the indexes pip used in the build"
+            where = (
+                "the wheels collected for the build (wheelhouse mode)"
+                if plan.install_mode == "wheelhouse"
+                else "the indexes pip used in the build"
             )
+            raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
 
 

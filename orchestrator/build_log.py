@@ -122,7 +122,9 @@ def pin_not_found(lock: Lock, lock_file: str | None, missing: MissingPin, where:
     name = missing.requirement.split("==", 1)[0].split("[", 1)[0]
     locked = lock.get(name)
     place = f"{lock_file or 'the lock'}:{locked.line}" if locked is not None else lock_file or "the lock"
-    seen = f"versions offered: {', '.join(missing.available)}" if missing.available else "no version of it fits"
+    shown = missing.available[-8:]  # pip lists oldest first: the newest are the likely fix
+    older = f"{len(missing.available) - len(shown)} older, " if len(missing.available) > len(shown) else ""
+    seen = f"versions offered: {older}{', '.join(shown)}" if missing.available else "no version of it fits"
     return BadInput(
         f"{place}: {missing.requirement} does not exist on {where} ({seen})",
         hint=f"Pin a version that exists in {lock_file or 'the lock'} (and its hashes), or add the index or "

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from packaging.markers import Marker
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from orchestrator.build_log import first_error, missing_pin, pin_not_found
 from orchestrator.dossier.load import file_sha256
@@ -194,6 +195,24 @@ def _first_error(output: str) -> str:
     return lines[-1] if lines else "pip gave no output"
 
 
+def _check_pinned_version(req: LockedRequirement, file_name: str, lock_file: str | None) -> None:
+    """The file a lock line's hash names must be of the pinned name and version.
+
+    A lock edited by hand (version changed, hashes kept) would otherwise be served the old version from
+    the cache, and the build would fail later, far from the lock line that is wrong.
+    """
+    try:
+        name, version, _, _ = parse_wheel_filename(file_name)
+    except InvalidWheelFilename:
+        return
+    if canonicalize_name(name) != req.name or version != req.version:
+        raise BadInput(
+            f"{lock_file or 'the lock'}:{req.line}: {req.text} carries the hash of {file_name}, another "
+            "version: a lock line's hashes must be those of the pinned version's files",
+            hint="Lock again (e.g. uv pip compile --generate-hashes) rather than editing a version by hand.",
+        )
+
+
 def collect_wheels(
     lock: Lock,
     target: TargetPlatform,
@@ -262,6 +281,7 @@ def collect_wheels(
                 hint="The index served a file whose hash is not in the lock, or no wheel exists for the target.",
             )
         source, digest = found
+        _check_pinned_version(req, source.name, lock_file)
         target_path = dest / source.name
         try:
             os.link(source, target_path)

@@ -258,3 +258,39 @@ def test_an_image_removed_right_after_its_build_is_explained(
     outcome = BuildOutcome(image_id="sha256:" + "c" * 64, log="Step 1/1 : FROM x\n")
     with pytest.raises(EnvironmentFailure, match="removed by another user or process"):
         _run_build(tiny_example, monkeypatch, _BuildEngine(outcome, built=None), tmp_path)
+
+
+def test_a_pin_whose_hash_belongs_to_another_version_is_bad_input(tmp_path: Path) -> None:
+    """A lock edited by hand (version changed, hashes kept) must not be served the old version from the cache."""
+    import hashlib
+
+    wheel = b"demo 1.0 wheel"
+    digest = hashlib.sha256(wheel).hexdigest()
+    folder = tmp_path / "c" / "wheels" / "sha256" / digest
+    folder.mkdir(parents=True)
+    (folder / "demo-1.0-py3-none-any.whl").write_bytes(wheel)
+    lock = parse_lock(f"# pinned by hand\ndemo==9.9 --hash=sha256:{digest}\n")
+
+    def pip(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("the cache had a file for the hash: pip is not asked")
+
+    with pytest.raises(BadInput) as caught:
+        collect_wheels(
+            lock,
+            TargetPlatform("3.11", "2.36"),
+            tmp_path / "ctx",
+            cache=tmp_path / "c",
+            run=pip,
+            environ={},
+            lock_file="requirements.lock",
+        )
+    message = str(caught.value)
+    assert "requirements.lock:2" in message and "demo==9.9" in message and "demo-1.0-py3-none-any.whl" in message
+
+
+def test_a_long_list_of_offered_versions_shows_the_newest() -> None:
+    from orchestrator.build_log import MissingPin, pin_not_found
+
+    versions = tuple(f"1.{minor}" for minor in range(40))
+    error = pin_not_found(parse_lock("demo==9.9\n"), "r.lock", MissingPin("demo==9.9", versions), "the indexes")
+    assert "32 older, 1.32, 1.33, 1.34, 1.35, 1.36, 1.37, 1.38, 1.39)" in str(error)
