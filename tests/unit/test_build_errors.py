@@ -203,6 +203,10 @@ class _BuildEngine:
         self.outcome = outcome
         self.built = built
 
+    @property
+    def labels(self) -> dict[str, str]:
+        return {}
+
     def image(self, ref: str) -> Any:
         from orchestrator.engine import ImageInfo
 
