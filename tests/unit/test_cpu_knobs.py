@@ -169,3 +169,33 @@ def test_doctor_prints_the_cpu() -> None:
     print_doctor(Console(file=buffer, width=300), Diagnosis(host=host))
     line = next(line for line in buffer.getvalue().splitlines() if line.startswith("cpu"))
     assert "Xeon(R) Platinum 8480+" in line and "avx512f" in line and "amx_tile" in line
+
+
+def _side_with_cpu(flags: list[str], capability: str) -> Any:
+    from orchestrator.compare import Side
+    from orchestrator.report.model import StageResult
+    from tests.compare_sample import Run, make_report
+
+    report = make_report(Run())
+    host = report.stages["host"]
+    device = report.stages["device"]
+    cpu = {"model": "Intel(R) Xeon(R)", "vendor": "GenuineIntel", "logical_cpus": 2, "isa_flags": flags}
+    stages: dict[str, StageResult] = {
+        **report.stages,
+        "host": host.model_copy(update={"facts": {**host.facts, "cpu": cpu}}),
+        "device": device.model_copy(update={"facts": {**device.facts, "cpu_capability": capability}}),
+    }
+    return Side(path=Path("/runs/x"), report=report.model_copy(update={"stages": stages}), record=None)
+
+
+def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
+    from orchestrator.compare import compare_sides
+
+    a = _side_with_cpu(["avx", "fma", "avx2"], "AVX2")
+    b = _side_with_cpu(["avx", "fma", "avx2", "avx512f", "amx_tile"], "AVX512")
+    rows = {row.field: row for row in compare_sides(a, b).system}
+    assert rows["host CPU"].verdict == "host" and "avx512f" in rows["host CPU"].b
+    assert rows["torch CPU capability"].verdict == "host"
+    assert (rows["torch CPU capability"].a, rows["torch CPU capability"].b) == ("AVX2", "AVX512")
+    same = {row.field: row for row in compare_sides(a, a).system}
+    assert same["host CPU"].verdict == "same"
