@@ -158,6 +158,8 @@ def image_stage(
                     started -= build_s
             if record.inventory is not None:
                 inventory, source = record.inventory, "build.json of this image"
+    if not build_facts:
+        build_facts["built"] = "earlier: no build.json of this image in the output folder, its build time is not known"
     if inventory is None:
         inventory, error = run_inventory(engine, image.id)
         if inventory is None:

@@ -194,3 +194,28 @@ def test_the_console_summary_prints_the_warning() -> None:
     buffer = io.StringIO()
     print_report_summary(Console(file=buffer, width=200), _warned_report(), {})
     assert "warning (image): no reference inventory" in buffer.getvalue()
+
+
+def test_a_probe_without_the_build_record_says_the_build_time_is_not_known(tiny_example: Path, tmp_path: Path) -> None:
+    loaded = load_dossier(tiny_example / "dossier.yaml")
+    image = _setup(loaded, tmp_path / "elsewhere", 112.0)
+    probe_out = tmp_path / "probe-out"  # holds the build record of another image only
+    probe_out.mkdir()
+    record = (tmp_path / "elsewhere" / "build.json").read_text()
+    (probe_out / "build.json").write_text(record.replace(image.id, "sha256:" + "e" * 64))
+
+    class _InventoryEngine:
+        def run(self, spec: Any) -> Any:
+            from orchestrator.engine import RunOutcome
+
+            document = {
+                "python": {"version": "3.11.2", "executable": "/opt/venv/bin/python", "libc": "glibc-2.36"},
+                "pip": {"freeze": FREEZE, "check_ok": True, "check_lines": []},
+                "os": {"release": {}, "package_manager": "dpkg", "packages": {}},
+                "backend": {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "env": {}},
+            }
+            return RunOutcome(exit_code=0, stdout=json.dumps(document), stderr="", timed_out=False, duration_s=0.1)
+
+    result, _ = image_stage(_InventoryEngine(), loaded, image, probe_out)  # type: ignore[arg-type]
+    assert "build_seconds" not in result.facts
+    assert "not known" in result.facts["built"]
