@@ -803,6 +803,7 @@ def run_host_mode(
         checks,
         {
             "kernel": host.kernel,
+            "cpu": host.cpu.model_dump() if host.cpu else None,
             "nvidia": host.nvidia.model_dump() if host.nvidia else None,
             "amd": host.amd.model_dump() if host.amd else None,
             "notes": host.notes,

@@ -199,3 +199,19 @@ def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
     assert (rows["torch CPU capability"].a, rows["torch CPU capability"].b) == ("AVX2", "AVX512")
     same = {row.field: row for row in compare_sides(a, a).system}
     assert same["host CPU"].verdict == "same"
+
+
+def test_host_mode_reports_the_cpu_and_torchs_capability() -> None:
+    import subprocess
+
+    from orchestrator.probe import run_host_mode
+
+    found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX512"}
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 0, json.dumps(found), "")
+
+    host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=parse_cpuinfo(CPUINFO))
+    host_result, device = run_host_mode("cpu", None, "python3", host_facts=lambda: host, run=run)
+    assert "amx_tile" in host_result.facts["cpu"]["isa_flags"]
+    assert device.facts["cpu_capability"] == "AVX512"
