@@ -18,7 +18,7 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.build_context import context_tar
-from orchestrator.build_log import cache_stats
+from orchestrator.build_log import cache_stats, missing_pin, pin_not_found
 from orchestrator.build_record import (
     BUILD_FORMAT,
     BaseImageRef,
@@ -207,7 +207,12 @@ def run_build(
         failure = BuildFailure(step=outcome.failed_step, first_error=outcome.first_error or "the build failed")
     else:
         built = engine.image(tag)
-        assert built is not None
+        if built is None:
+            raise EnvironmentFailure(
+                f"the image {tag} ({outcome.image_id}) was built, then removed by another user or process "
+                "(docker rmi or a prune on the shared engine) before orch could read it",
+                hint="Nothing is wrong with the dossier: run the build again.",
+            )
         image_ref = ImageRef(tag=tag, id=built.id, labels=dict(built.labels), size_bytes=built.size)
         stage("inventory")
         mark = time.monotonic()
@@ -261,6 +266,16 @@ def run_build(
         inventory_diff=diff,
     )
     write_record(out / "build.json", record)
+    if outcome.image_id is None:
+        # pip in the build could not find a pinned version: the lock is wrong, not the build (exit 2).
+        missing = missing_pin(outcome.log)
+        if missing is not None:
+            where = (
+                "the wheels collected for the build (wheelhouse mode)"
+                if plan.install_mode == "wheelhouse"
+                else "the indexes pip used in the build"
+            )
+            raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
 
 

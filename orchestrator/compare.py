@@ -9,7 +9,8 @@ format version) has five parts, in the order of the chain:
 - **packages**: `pip freeze` of A against B (`inventory.diff_inventories`, A as the reference), from
   the build records' inventories, else from a report's image facts when they list the packages;
 - **system**: platform, Python, torch and its CUDA/HIP build flags, the CUDA toolkit and ROCm the image
-  carries, the host's NVIDIA and AMD drivers, and the devices torch saw (count and names);
+  carries, the host's NVIDIA and AMD drivers, the devices torch saw (count and names), the host's CPU
+  (model and ISA flags) and torch's CPU capability;
 - **stages**: the four stages' status on each side;
 - **numbers**: every check of the sample stage found on both sides (matched by name; a comparison
   with the reference is matched by its output name, so a variant with another metric still lines up)
@@ -25,7 +26,7 @@ Each row has a verdict:
   description, never as a regression;
 - `improved`: failed (or did not pass) in A, holds in B;
 - `host`: a fact of the machine that ran the probes differs (its NVIDIA or AMD driver, its ROCm, the
-  devices torch saw): the dossier does not fix the host, and a rebuild is expected to run on another
+  devices torch saw, its CPU and torch's CPU capability): the dossier does not fix the host, and a rebuild is expected to run on another
   machine, so the row is shown and does not count against B. Whether it matters is what the stages and
   numbers say (a GPU that B cannot see fails B's device stage: a `regression`). Added in orch 0.1 within
   `orch.compare/1`; a reader that does not know it should treat it like `intended`;
@@ -459,6 +460,21 @@ def _devices(side: Side) -> str | None:
     return ", ".join(names) if names else "none"
 
 
+def _host_cpu(side: Side) -> str | None:
+    """The host CPU and the ISA flags that pick float kernels: another CPU explains other last bits."""
+    cpu = _facts(side, "host").get("cpu")
+    if not isinstance(cpu, Mapping):
+        return None
+    flags = cpu.get("isa_flags")
+    shown = " ".join(str(flag) for flag in flags) if isinstance(flags, list) else "?"
+    return f"{_show(cpu.get('model'))}; ISA {shown or 'none of note'}"
+
+
+def _cpu_capability(side: Side) -> str | None:
+    value = _facts(side, "device").get("cpu_capability")
+    return None if value is None else _show(value)
+
+
 #: (field, how to read it from a side, the variant sections that make a difference in it intended).
 SYSTEM_FIELDS: tuple[tuple[str, Callable[[Side], str | None], frozenset[str]], ...] = (
     ("platform", _platform, frozenset({"system"})),
@@ -481,11 +497,23 @@ SYSTEM_FIELDS: tuple[tuple[str, Callable[[Side], str | None], frozenset[str]], .
     ("host ROCm", _host_amd("rocm_version"), frozenset({"system"})),
     ("device count", _device_count, frozenset({"system"})),
     ("devices", _devices, frozenset({"system"})),
+    ("host CPU", _host_cpu, frozenset({"system"})),
+    ("torch CPU capability", _cpu_capability, frozenset({"system"})),
 )
 
 
 #: The system rows that describe the host that ran the probes, not the image: see the `host` verdict.
-HOST_FIELDS = frozenset({"host NVIDIA driver", "host AMD driver", "host ROCm", "device count", "devices"})
+HOST_FIELDS = frozenset(
+    {
+        "host NVIDIA driver",
+        "host AMD driver",
+        "host ROCm",
+        "device count",
+        "devices",
+        "host CPU",
+        "torch CPU capability",
+    }
+)
 
 
 def _freeze(side: Side) -> tuple[list[str], str] | None:

@@ -86,6 +86,7 @@ def write_context(
                 use_pypi=loaded.model.python.use_pypi,
                 find_links=loaded.model.python.find_links,
                 cache=cache,
+                lock_file=loaded.model.python.requirements,
             )
         if plan.ca_bundle:
             if ca_bundle is None or not ca_bundle.is_file():

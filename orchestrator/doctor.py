@@ -10,7 +10,7 @@ from orchestrator.engine import Engine
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.host.facts import CompatVerdict, HostFacts
-from orchestrator.probe import plan_gpu_mapping
+from orchestrator.probe import cpu_variant_of, plan_gpu_mapping
 
 
 class Diagnosis(BaseModel):
@@ -54,11 +54,17 @@ def diagnose(engine: Engine, loaded: LoadedDossier | None) -> Diagnosis:
         require = image.env.get("NVIDIA_REQUIRE_CUDA") if image else None
         datacenter = any(gpu_datacenter(gpu.name) for gpu in (host.nvidia.gpus if host.nvidia else []))
         verdict = cuda_verdict(
-            cuda, parse_require_cuda(require) if require else None, host.nvidia, datacenter_gpu=datacenter
+            cuda,
+            parse_require_cuda(require) if require else None,
+            host.nvidia,
+            datacenter_gpu=datacenter,
+            cpu_variant=cpu_variant_of(loaded),
         )
         mapped = mapping.nvidia_gpus or bool(mapping.cdi_devices)
     else:
-        verdict = rocm_verdict(loaded.model.system.version, host.amd, host.kfd_present)
+        verdict = rocm_verdict(
+            loaded.model.system.version, host.amd, host.kfd_present, cpu_variant=cpu_variant_of(loaded)
+        )
         mapped = bool(mapping.devices)
     ok = verdict.status in ("supported", "minor-version-compat") and mapped
     reason = (

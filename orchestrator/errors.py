@@ -92,6 +92,12 @@ class BaseImageMissing(EnvironmentFailure):
     code = "base-image-missing"
 
 
+class ImageNotBuilt(EnvironmentFailure):
+    """The application image to probe is not in the engine: never built for this dossier identity, or removed."""
+
+    code = "image-not-built"
+
+
 class DiskFull(EnvironmentFailure):
     """A write failed for want of space (ENOSPC, EDQUOT). Whatever was half-written has been removed."""
 

@@ -17,6 +17,21 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
+def reference_inventory_warning(loaded: LoadedDossier) -> str | None:
+    """The seed compares the rebuilt inventory with the reference's before anything else; without one, say so.
+
+    Not a failed check: the lock is still checked exactly, and dossiers written before this rule keep
+    passing. But a lock with other, consistent versions passes the lock check too, so the reader is told.
+    """
+    if loaded.model.python.reference_inventory is not None:
+        return None
+    return (
+        "no reference inventory: python.reference_inventory is not set, so the rebuilt packages were not compared "
+        "with the reference environment's, only with the lock (a lock with other versions would pass). "
+        "Record the reference's `pip freeze --all` and set python.reference_inventory."
+    )
+
+
 def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDiff | None) -> list[Check]:
     model = loaded.model
     checks: list[Check] = []

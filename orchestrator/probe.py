@@ -30,11 +30,11 @@ from orchestrator.build_record import BuildRecord
 from orchestrator.checks import Check, first_failure
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec
-from orchestrator.errors import BaseImageMissing
+from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.host.facts import CompatVerdict, HostFacts
-from orchestrator.image_checks import image_checks
+from orchestrator.image_checks import image_checks, reference_inventory_warning
 from orchestrator.inventory import Inventory, diff_inventories
 from orchestrator.plan import LABEL_PREFIX, RUNTIME_UID
 from orchestrator.report.model import (
@@ -49,12 +49,16 @@ from orchestrator.report.model import (
 from orchestrator.resources import probe_source
 
 DEVICE_PROBE_TIMEOUT_S = 600
+#: What the device probe reports that the device stage keeps as facts.
+DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
 
 
 @dataclass(frozen=True)
 class ProbeOptions:
     out: Path
     image: str | None = None
+    #: `orch rebuild`: the image was built moments ago in the same run, so its build is the image stage's work.
+    built_in_this_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ def _stage(
     facts: dict[str, Any],
     *,
     error: StageError | None = None,
+    warnings: list[str] | None = None,
 ) -> StageResult:
     failed = first_failure(checks)
     if error is None and failed is not None:
@@ -94,6 +99,7 @@ def _stage(
         checks=checks,
         duration_s=round(time.monotonic() - started, 3),
         first_error=error,
+        warnings=warnings or [],
     )
 
 
@@ -107,25 +113,53 @@ def not_run(name: StageName, reason: str) -> StageResult:
 def resolve_image(engine: Engine, loaded: LoadedDossier, options: ProbeOptions) -> ImageInfo:
     ref = options.image or default_tag(loaded)
     image = engine.image(ref)
+    if image is None and options.image is not None:
+        raise ImageNotBuilt(
+            f"the image {ref} given with --image is not in the engine",
+            hint="Check the reference (`docker images`), or leave out --image to probe the image `orch build` "
+            "made for this dossier.",
+        )
     if image is None:
-        raise BaseImageMissing(
-            f"image {ref} is not in the engine",
-            hint="Build it first: `orch build DOSSIER --out DIR` (or `orch rebuild`), or pass --image REF.",
+        # The tag carries the identity prefix: any change to the dossier, a file it references or --variant
+        # asks for an image that was never built, even when an older one of the same name exists.
+        raise ImageNotBuilt(
+            f"the app image {ref} for this dossier identity ({loaded.short_identity}) is not built",
+            hint="Build it first: `orch build DOSSIER --out DIR`, or build and probe in one go with `orch rebuild`.",
         )
     return image
 
 
 def image_stage(
-    engine: Engine, loaded: LoadedDossier, image: ImageInfo, out: Path
+    engine: Engine, loaded: LoadedDossier, image: ImageInfo, out: Path, *, built_in_this_run: bool = False
 ) -> tuple[StageResult, Inventory | None]:
+    """The image's contents against the dossier.
+
+    Its duration: when `orch rebuild` built the image in this run, the build is this stage's work, so the
+    build's time (from build.json) is counted in; a probe of an earlier build counts only its own time and
+    records the build's in the facts, so no 112 s build is ever shown as a 0.00 s stage.
+    """
     started = time.monotonic()
     inventory: Inventory | None = None
     source = "inventory probe"
+    build_facts: dict[str, Any] = {}
     build_json = out / "build.json"
     if build_json.is_file():
         record = read_record(build_json)
-        if record.image is not None and record.image.id == image.id and record.inventory is not None:
-            inventory, source = record.inventory, "build.json of this image"
+        if record.image is not None and record.image.id == image.id:
+            build_s = record.durations_s.get("total")
+            if build_s is not None:
+                build_facts["build_seconds"] = build_s
+                build_facts["built"] = (
+                    "in this run (orch rebuild): the stage's duration includes the build"
+                    if built_in_this_run
+                    else "earlier: the build's time is recorded in build.json, not in this stage's duration"
+                )
+                if built_in_this_run:
+                    started -= build_s
+            if record.inventory is not None:
+                inventory, source = record.inventory, "build.json of this image"
+    if not build_facts:
+        build_facts["built"] = "earlier: no build.json of this image in the output folder, its build time is not known"
     if inventory is None:
         inventory, error = run_inventory(engine, image.id)
         if inventory is None:
@@ -164,8 +198,10 @@ def image_stage(
         "os": inventory.os_release.get("PRETTY_NAME"),
         "packages": len(inventory.pip_freeze),
         "os_packages": len(inventory.os_packages),
+        **build_facts,
     }
-    return _stage("image", started, checks, facts), inventory
+    warning = reference_inventory_warning(loaded)
+    return _stage("image", started, checks, facts, warnings=[warning] if warning else None), inventory
 
 
 # -- host ----------------------------------------------------------------------------------------------
@@ -178,6 +214,14 @@ def image_backend(image: ImageInfo, inventory: Inventory | None) -> tuple[str | 
         inventory.backend.torch_hip.split("-")[0] if inventory and inventory.backend.torch_hip else None
     )
     return cuda, image.env.get("NVIDIA_REQUIRE_CUDA"), rocm
+
+
+def cpu_variant_of(loaded: LoadedDossier) -> str | None:
+    """The first variant the dossier declares for the CPU platform: the only CPU fallback orch may suggest."""
+    for variant in loaded.reference_model.variants:
+        if variant.system is not None and variant.system.platform == "cpu":
+            return variant.name
+    return None
 
 
 def plan_gpu_mapping(platform: str, host: HostFacts) -> GpuMapping:
@@ -216,6 +260,7 @@ def host_stage(
         "amd": host.amd.model_dump() if host.amd else None,
         "docker": host.docker.model_dump() if host.docker else None,
         "kfd_present": host.kfd_present,
+        "cpu": host.cpu.model_dump() if host.cpu else None,
         "gpu_mapping": mapping.description,
         "notes": host.notes,
     }
@@ -232,6 +277,7 @@ def host_stage(
             host.nvidia,
             datacenter_gpu=datacenter,
             image_has_compat_libs=bool(inventory and inventory.backend.cuda_compat_libs),
+            cpu_variant=cpu_variant_of(loaded),
         )
         looked = "NVML, nvidia-smi, /sys/module/nvidia/version, /proc/driver/nvidia/version"
         checks.append(
@@ -263,7 +309,7 @@ def host_stage(
             )
         )
     else:
-        verdict = rocm_verdict(rocm, host.amd, host.kfd_present)
+        verdict = rocm_verdict(rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant_of(loaded))
         checks.append(
             _check(
                 "AMD GPU driver present",
@@ -398,7 +444,11 @@ def device_stage(
         RunSpec(
             image=image.id,
             command=["python", "-I", "-c", probe_source("device.py")],
-            environment={"ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version})},
+            # Under the sample's CPU knobs, so the capability it reports is the one the sample gets.
+            environment={
+                "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version}),
+                **cpu_knob_environment(loaded),
+            },
             timeout_s=DEVICE_PROBE_TIMEOUT_S,
             labels={f"{LABEL_PREFIX}.probe": "device"},
             nvidia_gpus=mapping.nvidia_gpus,
@@ -429,9 +479,7 @@ def device_stage(
                 step="device probe", message=f"exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
             ),
         )
-    facts = {
-        key: found.get(key) for key in ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute")
-    }
+    facts = {key: found.get(key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
     return _stage("device", started, device_checks(platform, version, found, mapping), facts)
 
@@ -520,7 +568,14 @@ def sample_environment(loaded: LoadedDossier) -> dict[str, str]:
     if determinism.cublas_workspace_config:
         env["CUBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
         env["HIPBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
+    env.update(cpu_knob_environment(loaded))
     return env
+
+
+def cpu_knob_environment(loaded: LoadedDossier) -> dict[str, str]:
+    """The CPU knobs the dossier pins (determinism.cpu), as the environment torch and oneDNN read at start-up."""
+    cpu = loaded.model.determinism.cpu
+    return cpu.environment() if cpu is not None else {}
 
 
 def sample_stage(
@@ -645,7 +700,7 @@ def run_probe(
         notes.append(note)
 
     stage("image")
-    image_result, inventory = image_stage(engine, loaded, image, out)
+    image_result, inventory = image_stage(engine, loaded, image, out, built_in_this_run=options.built_in_this_run)
     stage("host")
     host = host_facts() if host_facts else collect_host_facts(engine.info())
     host_result, verdict, mapping = host_stage(loaded, host, image, inventory)
@@ -735,10 +790,7 @@ def run_host_mode(
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
-            facts = {
-                key: found.get(key)
-                for key in ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute")
-            }
+            facts = {key: found.get(key) for key in DEVICE_FACTS}
             facts["python"] = python
             device = _stage("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()
@@ -769,6 +821,7 @@ def run_host_mode(
         checks,
         {
             "kernel": host.kernel,
+            "cpu": host.cpu.model_dump() if host.cpu else None,
             "nvidia": host.nvidia.model_dump() if host.nvidia else None,
             "amd": host.amd.model_dump() if host.amd else None,
             "notes": host.notes,

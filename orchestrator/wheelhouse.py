@@ -21,7 +21,9 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from packaging.markers import Marker
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from orchestrator.build_log import first_error, missing_pin, pin_not_found
 from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
@@ -186,11 +188,29 @@ def pip_index_environment(indexes: Sequence[IndexSpec], use_pypi: bool, environ:
 
 
 def _first_error(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("ERROR:"):
-            return line
+    found = first_error(output.splitlines())
+    if found is not None:
+        return found
     lines = [line for line in output.splitlines() if line.strip()]
     return lines[-1] if lines else "pip gave no output"
+
+
+def _check_pinned_version(req: LockedRequirement, file_name: str, lock_file: str | None) -> None:
+    """The file a lock line's hash names must be of the pinned name and version.
+
+    A lock edited by hand (version changed, hashes kept) would otherwise be served the old version from
+    the cache, and the build would fail later, far from the lock line that is wrong.
+    """
+    try:
+        name, version, _, _ = parse_wheel_filename(file_name)
+    except InvalidWheelFilename:
+        return
+    if canonicalize_name(name) != req.name or version != req.version:
+        raise BadInput(
+            f"{lock_file or 'the lock'}:{req.line}: {req.text} carries the hash of {file_name}, another "
+            "version: a lock line's hashes must be those of the pinned version's files",
+            hint="Lock again (e.g. uv pip compile --generate-hashes) rather than editing a version by hand.",
+        )
 
 
 def collect_wheels(
@@ -204,8 +224,12 @@ def collect_wheels(
     cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
     run: Runner = subprocess.run,
+    lock_file: str | None = None,
 ) -> list[Wheel]:
-    """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks."""
+    """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks.
+
+    `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
+    """
     if not lock.fully_hashed:
         raise BadInput("wheelhouse mode needs a lock with --hash on every line")
     cache = cache or default_cache_dir()
@@ -228,6 +252,10 @@ def collect_wheels(
             except subprocess.TimeoutExpired:
                 raise WheelhouseError("pip download ran for more than an hour and was stopped") from None
             if result.returncode != 0:
+                not_found = missing_pin(result.stdout + "\n" + result.stderr)
+                if not_found is not None:
+                    where = f"the dossier's indexes for Python {target.python_version}, {target.machine}"
+                    raise pin_not_found(lock, lock_file, not_found, where)
                 raise WheelhouseError(
                     "downloading the locked wheels for the target image failed: "
                     + redact(_first_error(result.stdout + "\n" + result.stderr)),
@@ -253,6 +281,7 @@ def collect_wheels(
                 hint="The index served a file whose hash is not in the lock, or no wheel exists for the target.",
             )
         source, digest = found
+        _check_pinned_version(req, source.name, lock_file)
         target_path = dest / source.name
         try:
             os.link(source, target_path)

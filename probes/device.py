@@ -45,6 +45,10 @@ def _env():
         "CUDA_VERSION",
         "NVIDIA_REQUIRE_CUDA",
         "CUBLAS_WORKSPACE_CONFIG",
+        "ATEN_CPU_CAPABILITY",
+        "ONEDNN_MAX_CPU_ISA",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
     )
     return {key: os.environ.get(key) for key in keys if key in os.environ}
 
@@ -114,6 +118,11 @@ def main():
         available, count = False, 0
         report["cuda_error"] = f"{type(exc).__name__}: {exc}"
     report["accelerator"] = {"available": available, "device_count": count}
+    try:
+        # The vector level of torch's own CPU kernels (DEFAULT, AVX2, AVX512, …), after ATEN_CPU_CAPABILITY.
+        report["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except Exception as exc:
+        report["cpu_capability"] = f"error: {type(exc).__name__}: {exc}"
     try:
         report["arch_list"] = torch.cuda.get_arch_list()
     except Exception:

@@ -43,12 +43,15 @@ def _apply():
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
             tf32_cudnn=torch.backends.cudnn.allow_tf32,
             matmul_precision=torch.get_float32_matmul_precision(),
+            cpu_capability=torch.backends.cpu.get_cpu_capability(),
+            threads=torch.get_num_threads(),
         )
     except ImportError:
         applied["torch"] = None
     except Exception as exc:  # reported, never fatal to the sample
         applied["torch_error"] = f"{type(exc).__name__}: {exc}"
-    applied["env"] = {k: os.environ.get(k) for k in ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG")}
+    knobs = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    applied["env"] = {k: os.environ.get(k) for k in ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", *knobs)}
     meta = os.environ.get("ORCH_META_DIR", "/orch/meta")
     try:
         fd = os.open(os.path.join(meta, "determinism.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

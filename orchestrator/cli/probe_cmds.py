@@ -103,7 +103,7 @@ def run_rebuild(
                 report = run_probe(
                     loaded,
                     engine,
-                    ProbeOptions(out=out, image=record.image.tag),
+                    ProbeOptions(out=out, image=record.image.tag, built_in_this_run=True),
                     on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
                 )
     finally:

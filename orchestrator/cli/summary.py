@@ -32,6 +32,11 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
             name = f"[green]✓[/] {escape(check.name)}" if check.passed else f"[red]✗[/] {escape(check.name)}"
             table.add_row(name, escape(check.expected), escape(check.observed))
         console.print(table)
+    if record.inventory is not None and record.inventory_diff is None:
+        console.print(
+            "  [yellow]warning:[/] no reference inventory (python.reference_inventory): the packages were checked "
+            "against the lock only, not compared with the reference environment's"
+        )
     if record.failure is not None:
         console.print(f"  [red]failed at[/] {escape(record.failure.step or '?')}: {escape(record.failure.first_error)}")
     console.print(f"  record  {out / 'build.json'}")
@@ -57,6 +62,9 @@ def print_report_summary(console: Console, report: Report, paths: dict[str, Path
         detail = f"{stage.first_error.step}: {stage.first_error.message}" if stage.first_error else (stage.reason or "")
         table.add_row(stage.name, _STATUS[stage.status], f"{passed}/{len(stage.checks)}", escape(detail))
     console.print(table)
+    for stage in report.stages.values():
+        for warning in stage.warnings:
+            console.print(f"  [yellow]warning ({stage.name}):[/] {escape(warning)}")
     for note in report.notes:
         console.print(f"  note: {escape(note)}")
     console.print(f"  report  {paths.get('html')}  (also .json, .md, junit.xml)")
@@ -66,6 +74,9 @@ def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
     host = diagnosis.host
     nvidia = host.nvidia
     console.print(f"kernel   {escape(host.kernel)}")
+    if host.cpu:
+        flags = " ".join(host.cpu.isa_flags) or "none of note"
+        console.print(f"cpu      {escape(host.cpu.model or '?')}, {host.cpu.logical_cpus} logical; ISA {flags}")
     if nvidia:
         console.print(
             f"nvidia   driver {nvidia.driver_version} ({nvidia.source}), CUDA ≤ {nvidia.cuda_driver_version}, {len(nvidia.gpus)} GPU(s)"

@@ -100,14 +100,44 @@ def resolve_base_image(system: SystemSpec) -> ResolvedBaseImage | Incoherence:
     )
 
 
-def check_python_fits_image(python: PythonSpec, image: ResolvedBaseImage) -> Incoherence | None:
-    if python.version not in image.python_versions:
-        return Incoherence(
-            "python.version",
-            f"Python {python.version} does not fit base image {image.ref}, which provides "
-            f"{_versions(image.python_versions)}",
-        )
-    return None
+def _images_with_python(version: str, platform: str) -> list[str]:
+    """Base images of orch's table that carry `version`, for `platform` or for any platform."""
+    rows = [
+        image
+        for image in vendor.base_images()
+        if version in image.python_versions and image.platform in (platform, None)
+    ]
+    return [
+        f"{image.ref} ({image.platform} {image.backend_version})"
+        if image.platform and image.backend_version
+        else f"{image.ref} ({image.platform or 'any platform'}, {image.os})"
+        for image in rows
+    ]
+
+
+def check_python_fits_image(
+    python: PythonSpec, image: ResolvedBaseImage, system: SystemSpec | None = None
+) -> Incoherence | None:
+    if python.version in image.python_versions:
+        return None
+    message = (
+        f"Python {python.version} does not fit base image {image.ref}, which provides "
+        f"{_versions(image.python_versions)}"
+    )
+    if image.python_versions:
+        message += f". Either set python.version to {' or '.join(image.python_versions)}"
+    if system is not None:
+        carriers = _images_with_python(python.version, system.platform)
+        if carriers:
+            message += (
+                f", or set system.base_image.ref to a base image with Python {python.version}: {', '.join(carriers)}"
+            )
+        else:
+            message += (
+                f"; no base image in orch's table carries Python {python.version} for {system.platform}: set "
+                "system.base_image.ref to one that does and state system.base_image.python"
+            )
+    return Incoherence("python.version", message)
 
 
 def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoherence | None:
@@ -143,10 +173,16 @@ def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoheren
         if system.platform == "cuda" and release.pypi_cuda == system.version:
             return None  # PyPI's own wheel is built for exactly this CUDA.
         pypi = f"PyPI's torch {public} is built for CUDA {release.pypi_cuda}"
+        if system.version in offered:
+            return Incoherence(
+                field,
+                f"{pypi}, not {system.platform} {system.version}; pin torch=={public}+{expected_tag} "
+                f"(offered for {system.platform}: {_versions(offered)})",
+            )
         return Incoherence(
             field,
-            f"{pypi}, not {system.platform} {system.version}; pin torch=={public}+{expected_tag} "
-            f"(offered for {system.platform}: {_versions(offered)})",
+            f"{pypi}, not {system.platform} {system.version}, and torch {release.series} has no "
+            f"{system.platform} {system.version} build. {_backend_choices(system, release, str(public))}",
         )
     if local != expected_tag:
         return Incoherence(
@@ -158,6 +194,32 @@ def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoheren
         return Incoherence(
             "system.version",
             f"torch {release.series} has no {system.platform} {system.version} build; "
-            f"{system.platform} versions for torch {release.series}: {_versions(offered)}",
+            f"{system.platform} versions for torch {release.series}: {_versions(offered)}. "
+            + _backend_choices(system, release, str(public)),
         )
     return None
+
+
+def _series_with(platform: str, version: str) -> list[str]:
+    """The torch series of orch's table that torch's own index builds for this CUDA or ROCm version."""
+    releases = sorted(vendor.torch_releases().values(), key=lambda release: Version(release.series))
+    return [r.series for r in releases if version in (r.cuda if platform == "cuda" else r.rocm)]
+
+
+def _backend_choices(system: SystemSpec, release: vendor.TorchRelease, public: str) -> str:
+    """The working choices when a torch release has no build for the dossier's CUDA/ROCm version (data tables)."""
+    choices: list[str] = []
+    if system.platform == "cuda" and release.pypi_cuda:
+        choices.append(
+            f"PyPI's torch {public} (no local tag) is a CUDA {release.pypi_cuda} build: set "
+            f'system.version: "{release.pypi_cuda}" and pin torch=={public} without a local tag'
+        )
+    series = _series_with(system.platform, str(system.version))
+    tag = vendor.torch_local_tag(system.platform, system.version)
+    listed = ", ".join(series) or "none in the table"
+    keep = f"keep {system.platform} {system.version} with a torch series that has a {system.platform} "
+    keep += f"{system.version} build (torch series with a {system.platform} {system.version} build: {listed})"
+    if series:
+        keep += f", pinned as torch==VERSION+{tag} from {vendor.torch_index_url(tag)}"
+    choices.append(keep)
+    return "Working choices: " + "; or ".join(choices) + " (docs/dossier.md, Vendor tables)."

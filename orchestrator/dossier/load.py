@@ -238,7 +238,9 @@ def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, p
     image = resolve_base_image(model.system)
     problem: Incoherence | None = image if isinstance(image, Incoherence) else None
     if problem is None and isinstance(image, ResolvedBaseImage):
-        problem = check_python_fits_image(model.python, image) or check_torch(model.system, model.python, lock)
+        problem = check_python_fits_image(model.python, image, model.system) or check_torch(
+            model.system, model.python, lock
+        )
     if problem is not None:
         field = prefix + problem.field if prefix else problem.field
         line = doc.line_of(_field_path(field))
@@ -408,8 +410,13 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     Paths are dossier-relative, so moving the folder keeps the identity; changing a byte of any
     referenced file, or choosing a variant, changes it.
     """
+    dumped = model.model_dump(mode="json")
+    # determinism.cpu came after dossier format 1 shipped: left out while unset, so every dossier that does not
+    # use it keeps its identity (and its image tag and hand-overs).
+    if dumped["determinism"].get("cpu") is None:
+        dumped["determinism"].pop("cpu", None)
     payload = {
-        "dossier": model.model_dump(mode="json"),
+        "dossier": dumped,
         "files": dict(sorted(files.items())),
         "variant": variant,
     }

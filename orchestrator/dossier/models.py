@@ -356,12 +356,78 @@ class ExpectSpec(StrictModel):
         return self
 
 
+# Values of the CPU knobs, checked against their readers so a typo is an error instead of a knob that the
+# library silently ignores:
+# - ATEN_CPU_CAPABILITY: pytorch/pytorch aten/src/ATen/native/DispatchStub.cpp (`compute_cpu_capability`)
+#   accepts "default", "avx2" and "avx512" on x86-64 and warns "ignoring invalid value" for anything else
+#   (checked in the strings of torch 2.13.0+cpu's libtorch_cpu.so); torch.backends.cpu.get_cpu_capability()
+#   reports the result.
+# - ONEDNN_MAX_CPU_ISA: oneDNN doc/performance_considerations/dispatcher_control.md, "Runtime Controls"
+#   (upper case; AVX512_CORE_FP16/AMX/AMX_FP16 are aliases of the AVX10_1_512 names).
+AtenCpuCapability = Literal["default", "avx2", "avx512"]
+OneDnnMaxCpuIsa = Literal[
+    "DEFAULT",
+    "SSE41",
+    "AVX",
+    "AVX2",
+    "AVX2_VNNI",
+    "AVX2_VNNI_2",
+    "AVX512_CORE",
+    "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_FP16",
+    "AVX10_1_512",
+    "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX",
+    "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512_AMX_FP16",
+]
+
+
+class CpuDeterminism(StrictModel):
+    """CPU knobs that make float results steadier across x86-64 hosts (AVX2 vs AVX-512/AMX machines).
+
+    Each is passed to the sample (and the device probe) as an environment variable and recorded in the report.
+    They narrow the differences, they do not promise identical bits: compare with a tolerance.
+    """
+
+    aten_cpu_capability: AtenCpuCapability | None = Field(
+        default=None,
+        description="ATEN_CPU_CAPABILITY: the widest vector code torch's own CPU kernels may use "
+        "(default = no AVX, avx2, avx512). Torch does not check it against the CPU: pin a level every host has.",
+    )
+    onednn_max_cpu_isa: OneDnnMaxCpuIsa | None = Field(
+        default=None,
+        description="ONEDNN_MAX_CPU_ISA: the newest instruction set oneDNN (mkldnn: convolutions, some matmuls) "
+        "may dispatch to, e.g. AVX2 to keep AVX-512 and AMX hosts on the AVX2 code path.",
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="OMP_NUM_THREADS and MKL_NUM_THREADS: a fixed thread count fixes how reductions are split.",
+    )
+
+    def environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if self.aten_cpu_capability is not None:
+            env["ATEN_CPU_CAPABILITY"] = self.aten_cpu_capability
+        if self.onednn_max_cpu_isa is not None:
+            env["ONEDNN_MAX_CPU_ISA"] = self.onednn_max_cpu_isa
+        if self.threads is not None:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
+        return env
+
+
 class DeterminismSpec(StrictModel):
     seed: int = Field(default=0, ge=0, lt=2**32)
     deterministic_algorithms: bool = True
     tf32: bool = False
     matmul_precision: Literal["highest", "high", "medium"] = "highest"
     cublas_workspace_config: Literal[":4096:8", ":16:8"] | None = ":4096:8"
+    cpu: CpuDeterminism | None = Field(
+        default=None, description="CPU knobs pinned for the sample: steadier CPU float results across hosts."
+    )
 
 
 class VariantSpec(StrictModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.dossier.doc_sections import extra_sections
 from orchestrator.dossier.models import SCHEMA_VERSION, Dossier
 
 SCHEMA_ID = f"https://orch.invalid/schema/dossier-v{SCHEMA_VERSION}.json"
@@ -67,7 +68,8 @@ def _type_of(prop: dict[str, Any]) -> str:
 
 
 def schema_markdown() -> str:
-    """The dossier reference (docs/dossier.md), generated from the same schema `orch schema` prints."""
+    """The dossier reference (docs/dossier.md), generated from the same schema `orch schema` prints, then the
+    sample's mounts, the determinism knobs and the vendor tables (from the data files)."""
     schema = dossier_json_schema()
     sections: list[tuple[str, dict[str, Any]]] = [("Dossier", schema)]
     sections += sorted(schema.get("$defs", {}).items())
@@ -95,4 +97,5 @@ def schema_markdown() -> str:
                 f"| `{key}` | {_type_of(prop)} | {'yes' if key in required else ''} | {default} | {description} |"
             )
         out.append("")
+    out += extra_sections()
     return "\n".join(out).rstrip() + "\n"

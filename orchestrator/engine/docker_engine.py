@@ -22,6 +22,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from orchestrator.build_log import explain_removed_image, first_error
 from orchestrator.engine import (
     MANAGED_LABEL,
     BuildOutcome,
@@ -39,11 +40,10 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
-# Lines that carry the cause of a failed RUN step, as pip, apt, git and Python print them (for a Python
-# traceback, its last line: the exception, not "Traceback (most recent call last):").
-_ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|\S+(Error|Exception): )")
-# Error-looking lines that only give context; pip prints this one before the real error.
-_CONTEXT_ONLY = ("ERROR: Ignored the following versions",)
+_IMAGE_REMOVED_HINT = (
+    "The image was removed by another user or process (docker rmi or a prune on the shared engine) while orch "
+    "was using it; run the command again."
+)
 
 
 def _env_map(env: Sequence[str] | None) -> dict[str, str]:
@@ -223,7 +223,7 @@ class DockerEngine:
         log: list[str] = []
         image_id: str | None = None
         step: str | None = None
-        step_errors: list[str] = []
+        step_lines: list[str] = []  # the output of the step running now: its first error is read from it
         error: str | None = None
         try:
             stream = self._client.api.build(
@@ -249,25 +249,25 @@ class DockerEngine:
                             on_line(line)
                         match = _STEP.match(line)
                         if match:
-                            step, step_errors = match.group("instruction"), []
-                        elif _ERROR_LINE.match(line.strip()) and not line.strip().startswith(_CONTEXT_ONLY):
-                            step_errors.append(line.strip())
+                            step, step_lines = match.group("instruction"), []
+                        else:
+                            step_lines.append(line)
                 elif "error" in chunk:
-                    error = redact(str(chunk["error"]).strip())
+                    error = explain_removed_image(redact(str(chunk["error"]).strip()))
                     log.append(f"ERROR: {error}")
                     if on_line is not None:
                         on_line(f"ERROR: {error}")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                     image_id = str(chunk["aux"]["ID"])
         except docker.errors.APIError as exc:
-            error = redact(str(exc.explanation))
+            error = explain_removed_image(redact(str(exc.explanation)))
             log.append(f"ERROR: {error}")
         if error is not None:
             return BuildOutcome(
                 image_id=None,
                 log="\n".join(log) + "\n",
                 failed_step=step,
-                first_error=step_errors[0] if step_errors else error,
+                first_error=first_error(step_lines) or error,
             )
         if image_id is None:
             built = self.image(tag)
@@ -327,7 +327,7 @@ class DockerEngine:
                 duration_s=time.monotonic() - started,
             )
         except docker.errors.ImageNotFound:
-            raise EnvironmentFailure(f"image {spec.image} is not in the engine") from None
+            raise EnvironmentFailure(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
         except docker.errors.APIError as exc:
             # GPU mapping errors surface at start (HTTP 400 "could not select device driver ..."): name them.
             explanation = str(exc.explanation)

@@ -9,7 +9,7 @@ from pathlib import Path
 from orchestrator.engine import EngineInfo
 from orchestrator.host.amd import collect_amd
 from orchestrator.host.docker_gpu import collect_docker_gpu
-from orchestrator.host.facts import DockerGpuFacts, HostFacts
+from orchestrator.host.facts import CpuFacts, DockerGpuFacts, HostFacts
 from orchestrator.host.nvidia import collect_nvidia
 from orchestrator.host.tools import Runner, subprocess_runner
 
@@ -32,6 +32,9 @@ def collect_host_facts(
     gids, group_note = read_group_gids(root, ("video", "render"))
     if group_note:
         notes.append(group_note)
+    cpu = read_cpu(root)
+    if cpu is None:
+        notes.append("/proc/cpuinfo: not readable, the CPU model and its ISA flags are unknown")
     return HostFacts(
         kernel=platform.release(),
         nvidia=nvidia,
@@ -41,6 +44,7 @@ def collect_host_facts(
         dri_render_nodes=render_nodes(root),
         video_gid=gids.get("video"),
         render_gid=gids.get("render"),
+        cpu=cpu,
         notes=notes,
     )
 
@@ -74,3 +78,62 @@ def read_group_gids(root: Path, names: tuple[str, ...]) -> tuple[dict[str, int],
     except OSError:
         return {}, "/etc/group: not readable, the video/render gids are unknown"
     return parse_group_gids(text, names), None
+
+
+# The x86-64 flags that decide which vector kernels torch (ATen's CPU capability) and oneDNN dispatch to, in
+# the order of the ISA levels; other flags (virtualisation, security mitigations) say nothing about floats.
+ISA_FLAGS = (
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "fma",
+    "f16c",
+    "avx2",
+    "avx_vnni",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+    # aarch64 (Features line): NEON and SVE widths decide torch's kernels there.
+    "asimd",
+    "sve",
+    "sve2",
+)
+
+
+def parse_cpuinfo(text: str) -> CpuFacts | None:
+    """Model, vendor, count and ISA flags from /proc/cpuinfo; the first processor's answers stand for all."""
+    fields: dict[str, str] = {}
+    count = 0
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if key == "processor":
+            count += 1
+        fields.setdefault(key, value.strip())
+    if count == 0:
+        return None
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return CpuFacts(
+        model=fields.get("model name") or fields.get("Model") or None,
+        vendor=fields.get("vendor_id") or fields.get("CPU implementer") or None,
+        logical_cpus=count,
+        isa_flags=[flag for flag in ISA_FLAGS if flag in flags],
+    )
+
+
+def read_cpu(root: Path) -> CpuFacts | None:
+    try:
+        text = (root / "proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return parse_cpuinfo(text)

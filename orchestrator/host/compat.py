@@ -78,6 +78,7 @@ def cuda_verdict(
     host: NvidiaDriverFacts | None,
     datacenter_gpu: bool = False,
     image_has_compat_libs: bool = False,
+    cpu_variant: str | None = None,
 ) -> CompatVerdict:
     """Compare the host's NVIDIA driver with what a CUDA image needs.
 
@@ -85,11 +86,12 @@ def cuda_verdict(
     CUDA wheels). `require_cuda`: the image's NVIDIA_REQUIRE_CUDA value (a bare version is accepted too).
     When both are given, the higher one governs: a cu130 torch in a CUDA 12.4 base needs a 13.0 driver.
     `datacenter_gpu` and `image_has_compat_libs` decide whether forward compatibility could apply.
+    `cpu_variant`: the CPU variant the dossier declares, if any, offered when the host has no driver.
     """
     need = _needed_cuda(image_cuda, require_cuda)
     requirement = f"cuda>={need}" if need is not None else None
     if host is None:
-        return _no_nvidia_driver(need, requirement)
+        return _no_nvidia_driver(need, requirement, cpu_variant)
     host_text = host.driver_version
     driver = _version(host.driver_version)
     if need is None:
@@ -236,7 +238,17 @@ def _needed_cuda(image_cuda: str | None, require_cuda: str | None) -> Version | 
     return max(found) if found else None
 
 
-def _no_nvidia_driver(need: Version | None, requirement: str | None) -> CompatVerdict:
+def without_gpu_advice(cpu_variant: str | None) -> str:
+    """What to do on a host without the GPU: the dossier's own CPU variant, only when it declares one."""
+    if cpu_variant is not None:
+        return f"or run the dossier's declared CPU variant on purpose (--variant {cpu_variant})"
+    return (
+        "or, to run without this GPU, declare a CPU variant in the dossier (this dossier declares no CPU "
+        "variant; see `variants` in docs/dossier.md)"
+    )
+
+
+def _no_nvidia_driver(need: Version | None, requirement: str | None, cpu_variant: str | None) -> CompatVerdict:
     wanted = f"The image needs CUDA {need}, but" if need is not None else "The image is a CUDA image, but"
     install = "Install an NVIDIA driver"
     row = _table_row(need) if need is not None else None
@@ -244,7 +256,7 @@ def _no_nvidia_driver(need: Version | None, requirement: str | None) -> CompatVe
         install += f" ≥ {row.requirement.bundled}"
     explanation = (
         f"{wanted} this host has no NVIDIA driver (NVML, nvidia-smi, /sys/module/nvidia/version and "
-        f"/proc/driver/nvidia/version found nothing). {install}, or use the image's CPU variant."
+        f"/proc/driver/nvidia/version found nothing). {install}, {without_gpu_advice(cpu_variant)}."
     )
     return _verdict("no-driver", explanation, requirement, None)
 
@@ -267,7 +279,9 @@ def rocm_kmd_support() -> dict[str, tuple[str, ...]]:
     return {kmd: tuple(user_spaces) for kmd, user_spaces in raw.items()}
 
 
-def rocm_verdict(image_rocm: str | None, host: AmdDriverFacts | None, kfd_present: bool) -> CompatVerdict:
+def rocm_verdict(
+    image_rocm: str | None, host: AmdDriverFacts | None, kfd_present: bool, cpu_variant: str | None = None
+) -> CompatVerdict:
     """Compare the host's amdgpu driver with a ROCm image's user space, through AMD's user/kernel-space matrix.
 
     The matrix is indexed by the ROCm release the kernel driver shipped with. orch reads that release from the
@@ -277,7 +291,7 @@ def rocm_verdict(image_rocm: str | None, host: AmdDriverFacts | None, kfd_presen
     requirement = f"ROCm {image}" if image is not None else None
     host_text = _amd_host_text(host)
     if not kfd_present or host is None or not host.gpus:
-        return _verdict("no-driver", _no_amd_gpu(kfd_present, host, image), requirement, host_text)
+        return _verdict("no-driver", _no_amd_gpu(kfd_present, host, image, cpu_variant), requirement, host_text)
     if image is None:
         explanation = (
             "The image states no ROCm version orch can read (rocm/dev images keep it in a build ARG; "
@@ -325,13 +339,13 @@ def _rocm_against_table(
     return _verdict("unsupported", explanation, requirement, host_text)
 
 
-def _no_amd_gpu(kfd_present: bool, host: AmdDriverFacts | None, image: Version | None) -> str:
+def _no_amd_gpu(kfd_present: bool, host: AmdDriverFacts | None, image: Version | None, cpu_variant: str | None) -> str:
     wanted = f"The image needs ROCm {image}, but" if image is not None else "The image is a ROCm image, but"
     if not kfd_present and host is not None and host.gpus:
         return f"{wanted} /dev/kfd is missing, so no container can reach the AMD GPU. Load the amdgpu driver's KFD."
     return (
         f"{wanted} this host has no AMD GPU driver (no /dev/kfd, or no GPU in the KFD topology). "
-        "Install the amdgpu driver, or use the image's CPU variant."
+        f"Install the amdgpu driver, {without_gpu_advice(cpu_variant)}."
     )
 
 

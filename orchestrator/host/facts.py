@@ -55,6 +55,17 @@ class DockerGpuFacts(Frozen):
     cdi_devices: list[str] = Field(default_factory=list)  # e.g. "nvidia.com/gpu=all" found in CDI specs
 
 
+class CpuFacts(Frozen):
+    """The host CPU as /proc/cpuinfo describes it: float results of the same image differ between CPUs that
+    offer different vector units (AVX2 vs AVX-512, AMX), so the report records them."""
+
+    model: str | None
+    vendor: str | None
+    logical_cpus: int
+    #: The instruction-set flags that decide which kernels torch and oneDNN pick, in a fixed order.
+    isa_flags: list[str] = Field(default_factory=list)
+
+
 class HostFacts(Frozen):
     kernel: str
     nvidia: NvidiaDriverFacts | None
@@ -64,6 +75,7 @@ class HostFacts(Frozen):
     dri_render_nodes: list[str] = Field(default_factory=list)
     video_gid: int | None = None
     render_gid: int | None = None
+    cpu: CpuFacts | None = None
     #: What each source said when it could not answer ("nvidia-smi: not found"), for the report.
     notes: list[str] = Field(default_factory=list)
 

@@ -54,6 +54,7 @@ class StageView:
     line: str
     checks_summary: str
     reason: str | None
+    warnings: list[str]
     error_step: str | None
     error_message: str | None
     checks: list[CheckRow]
@@ -94,6 +95,7 @@ def _stage_view(stage: StageResult) -> StageView:
         line=line,
         checks_summary=checks_summary(stage),
         reason=clean(stage.reason) if stage.reason else None,
+        warnings=[clean(warning) for warning in stage.warnings],
         error_step=clean(error.step) if error else None,
         error_message=clean(error.message) if error else None,
         checks=[

@@ -20,6 +20,7 @@ from orchestrator.report.view import (
     flatten_facts,
     format_duration,
     headline,
+    one_line,
     ordered_stages,
     short_image_id,
 )
@@ -76,6 +77,9 @@ def render_markdown(report: Report) -> str:
         why = f"{_code(step, cell=True)}: {_text(line)}" if step else _text(line)
         if stage.status == "passed":
             why = ""  # the Checks column already says it; the column is for what needs reading
+        if stage.warnings:
+            warned = f"⚠️ {_text(one_line(stage.warnings[0], 120))}"
+            why = f"{why}<br>{warned}" if why else warned
         status = f"{_STATUS_MARK[stage.status]} {STATUS_LABEL[stage.status]}"
         lines.append(
             _row([f"[{stage.name}](#{stage.name})", status, format_duration(stage), checks_summary(stage), why])
@@ -119,6 +123,7 @@ def _stage_section(stage: StageResult) -> list[str]:
         lines.append(f"- **Reason:** {_text(stage.reason)}")
     if stage.status == "failed" and stage.first_error is not None:
         lines.append(f"- **First error:** at {_code(stage.first_error.step)}: {_text(stage.first_error.message)}")
+    lines += [f"- ⚠️ **Warning:** {_text(warning)}" for warning in stage.warnings]
     lines += ["", f"### Checks ({stage.name})", ""]
     if stage.checks:
         lines += [_row(["Check", "Expected", "Observed", "", "Detail"]), _row(["---", "---", "---", ":-:", "---"])]

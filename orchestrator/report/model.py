@@ -36,6 +36,10 @@ class StageResult(Frozen):
     checks: list[Check] = Field(default_factory=list)
     duration_s: float = 0.0
     first_error: StageError | None = None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What a reader must know although no check failed (e.g. no reference inventory to compare).",
+    )
 
 
 class ReportDossier(Frozen):

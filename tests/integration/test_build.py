@@ -121,23 +121,43 @@ def test_online_build_through_the_proxy_gives_the_same_environment(
     assert "No such file or directory" in listing.stdout, "the CA bundle stayed in the builder stage"
 
 
-def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
-    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
-) -> None:
-    (tiny_example / "requirements-cpu.lock").write_text("numpy==0.0.0\n")
+def _online_without_the_torch_index(tiny_example: Path, lock: str) -> Path:
+    (tiny_example / "requirements-cpu.lock").write_text(lock)
     path = tiny_example / "dossier.yaml"
     text = path.read_text().replace("install: wheelhouse", "install: online")
     path.write_text(text.replace("  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n", ""))
+    return path
+
+
+def test_a_pin_that_does_not_exist_is_bad_input_naming_the_lock_line(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    path = _online_without_the_torch_index(tiny_example, "numpy==0.0.0\n")
     before = session_containers()
     result = orch("build", str(path), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "error[verdict-failed]" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error[bad-input]" in result.stderr and "Traceback" not in result.stderr
+    assert "requirements-cpu.lock:1: numpy==0.0.0 does not exist" in result.stderr
+    assert "versions offered:" in result.stderr and "2.4.6" in result.stderr
     record = read_record(tmp_path / "out" / "build.json")
     assert record.status == "failed" and record.image is None and record.failure is not None
     assert record.failure.step is not None and "pip install" in record.failure.step
     assert record.failure.first_error.startswith("ERROR:") and "numpy==0.0.0" in record.failure.first_error
-    assert record.failure.first_error in result.stderr
     assert session_containers() == before, "no dangling build containers"
+
+
+def test_a_pip_conflict_keeps_pips_explanation_in_the_first_error(
+    engine: Engine, base_image: BaseOutcome, tiny_example: Path, tmp_path: Path
+) -> None:
+    lock = "requests==2.31.0\nurllib3==1.20\ncharset-normalizer==3.3.2\nidna==3.6\ncertifi==2024.2.2\n"
+    path = _online_without_the_torch_index(tiny_example, lock)
+    result = orch("build", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "error[verdict-failed]" in result.stderr, result.stdout + result.stderr
+    error = read_record(tmp_path / "out" / "build.json").failure
+    assert error is not None and "conflicting dependencies" in error.first_error
+    assert "The conflict is caused by: The user requested urllib3==1.20; requests 2.31.0 depends on urllib3" in (
+        error.first_error
+    )
 
 
 def test_a_canary_credential_never_leaves_the_host(

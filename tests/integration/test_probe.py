@@ -73,6 +73,27 @@ def test_cpu_example_passes_all_four_stages(cpu_report: tuple[Path, subprocess.C
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
 
 
+def test_the_rebuild_report_is_honest_about_time_inventory_and_cpu(
+    cpu_report: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, result = cpu_report
+    report = read_report(out / "report.json")
+    image = report.stage("image")
+    build_s = json.loads((out / "build.json").read_text())["durations_s"]["total"]
+    assert image.duration_s >= build_s > 0, "the image stage of orch rebuild counts the build it made"
+    assert image.facts["build_seconds"] == build_s
+    # The example has no reference inventory: said in every format and on the console, not silently passed.
+    assert image.warnings and "python.reference_inventory" in image.warnings[0]
+    assert "⚠️ **Warning:** no reference inventory" in (out / "report.md").read_text()
+    assert 'class="warning"' in (out / "report.html").read_text()
+    assert "warning (image): no reference inventory" in result.stdout
+    cpu = report.stage("host").facts["cpu"]
+    assert cpu["logical_cpus"] >= 1 and "sse4_2" in cpu["isa_flags"]
+    capability = report.stage("device").facts["cpu_capability"]
+    assert capability in ("DEFAULT", "AVX2", "AVX512"), "torch reports its CPU capability inside the image"
+    assert report.stage("sample").facts["determinism"]["cpu_capability"] == capability
+
+
 def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
     engine: Engine, base_image: BaseOutcome, tmp_path: Path, needs_free_space: Callable[[float], None]
 ) -> None:
@@ -201,6 +222,8 @@ def test_probe_without_an_image_points_to_orch_build(tiny_example: Path, tmp_pat
     (tiny_example / "sample" / "ids.json").write_text('["s01"]')  # a new identity: no image has it
     result = orch("probe", str(tiny_example / "dossier.yaml"), "--out", str(tmp_path))
     assert result.returncode == 3 and "orch build" in result.stderr
+    assert "error[image-not-built]" in result.stderr and "is not built" in result.stderr
+    assert "base-image-missing" not in result.stderr
 
 
 def test_doctor_says_this_host_cannot_run_a_cuda_dossier() -> None:
