@@ -33,6 +33,7 @@ from orchestrator.engine import (
 )
 from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact
+from orchestrator.untrusted import CappedStream
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
@@ -269,6 +270,14 @@ class DockerEngine:
 
     # -- containers --------------------------------------------------------------------------------
 
+    @staticmethod
+    def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
+        """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail)."""
+        kept = CappedStream(limit)
+        for chunk in container.logs(stdout=stdout, stderr=not stdout, stream=True, follow=False):
+            kept.feed(chunk)
+        return kept
+
     def run(self, spec: RunSpec) -> RunOutcome:
         volumes = {
             str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
@@ -294,6 +303,8 @@ class DockerEngine:
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 mem_limit=spec.mem_limit,
+                # Memory + swap = the memory limit: no swap at all. Docker's default gives as much swap again.
+                memswap_limit=spec.mem_limit,
                 pids_limit=spec.pids_limit,
                 device_requests=device_requests or None,
                 devices=[f"{node}:{node}:rwm" for node in spec.devices] or None,
@@ -310,14 +321,19 @@ class DockerEngine:
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 timed_out, exit_code = True, None
                 container.kill()
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", errors="replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", errors="replace")
+            stdout = self._capped_logs(container, spec.max_log_bytes, stdout=True)
+            stderr = self._capped_logs(container, spec.max_log_bytes, stdout=False)
+            container.reload()
+            oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
             return RunOutcome(
                 exit_code=exit_code,
-                stdout=stdout,
-                stderr=stderr,
+                stdout=stdout.text(),
+                stderr=stderr.text(),
                 timed_out=timed_out,
                 duration_s=time.monotonic() - started,
+                oom_killed=oom_killed,
+                stdout_cut=stdout.cut,
+                stderr_cut=stderr.cut,
             )
         except docker.errors.ImageNotFound:
             raise EnvironmentFailure(f"image {spec.image} is not in the engine") from None

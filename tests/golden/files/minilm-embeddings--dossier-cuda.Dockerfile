@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda'.
-# Dossier identity: 324a139310342c6bc21d29dcb5757a7b2c4da52239a831922d92fe9a05188ea7
+# Dossier identity: 86d503c93b1fa0b3f31e5196992a9d11db55821817b2a2749f5509429c4819b1
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="324a139310342c6bc21d29dcb5757a7b2c4da52239a831922d92fe9a05188ea7" \
+      io.orch.dossier.identity="86d503c93b1fa0b3f31e5196992a9d11db55821817b2a2749f5509429c4819b1" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.platform="cuda" \

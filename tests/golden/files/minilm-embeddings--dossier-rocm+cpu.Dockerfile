@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm', variant 'cpu'.
-# Dossier identity: 8fc525fcaee2cb757ee1aebb94591f9a423eafb7cef107e62adc0fef43b296a9
+# Dossier identity: 76f7b942a1ba9bcb9e41af6863236d13ec87a9e0d5d861fb34a27ab2c5f8e553
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -32,7 +32,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="8fc525fcaee2cb757ee1aebb94591f9a423eafb7cef107e62adc0fef43b296a9" \
+      io.orch.dossier.identity="76f7b942a1ba9bcb9e41af6863236d13ec87a9e0d5d861fb34a27ab2c5f8e553" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

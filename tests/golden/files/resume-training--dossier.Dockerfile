@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'resume-training'.
-# Dossier identity: 320ddad5fb13bbfb2262818d0856cf4ecb3bc68b6de3b1a953132f05bee53d3d
+# Dossier identity: c976bb61d4d6ad3989411103f19289dd6856c571338758885d1e37831db9a2e8
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -32,7 +32,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="320ddad5fb13bbfb2262818d0856cf4ecb3bc68b6de3b1a953132f05bee53d3d" \
+      io.orch.dossier.identity="c976bb61d4d6ad3989411103f19289dd6856c571338758885d1e37831db9a2e8" \
       io.orch.dossier.name="resume-training" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'local-cuda13'.
-# Dossier identity: bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716
+# Dossier identity: a31e18f02a7a4d81213c0f0ed40ada1ad18de801e10e0ed8726f296c7c3286ae
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -35,7 +35,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="13.0" \
-      io.orch.dossier.identity="bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716" \
+      io.orch.dossier.identity="a31e18f02a7a4d81213c0f0ed40ada1ad18de801e10e0ed8726f296c7c3286ae" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cuda" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda'.
-# Dossier identity: 6ff102b7da25557c68206d262a45a2fc40cc3cdf427d5a1656a1429235bb13f8
+# Dossier identity: 3101f0ff616cc45f57880301105a88c53774c61850e4c0918d2c0b5edbdcfce1
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="6ff102b7da25557c68206d262a45a2fc40cc3cdf427d5a1656a1429235bb13f8" \
+      io.orch.dossier.identity="3101f0ff616cc45f57880301105a88c53774c61850e4c0918d2c0b5edbdcfce1" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.platform="cuda" \
