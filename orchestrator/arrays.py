@@ -28,8 +28,9 @@ from orchestrator.untrusted import UnsafeOutput, parse_json, parse_json_lines
 MAGIC = b"\x93NUMPY"
 #: numpy's own reader refuses headers over 10 000 bytes by default; a little room beyond it.
 MAX_HEADER_BYTES = 65_536
-#: Bytes of values read per block when streaming a `.npy` file.
-BLOCK_BYTES = 1 << 20
+#: Bytes of values read per block when streaming a `.npy` file. As Python objects a value takes about
+#: 40 bytes (10 per float32 byte), so one block costs about 2.5 MiB of host memory.
+BLOCK_BYTES = 256 << 10
 
 # numpy type character + item size → (dtype name as the dossier spells it, struct code)
 _KINDS: dict[tuple[str, int], tuple[str, str]] = {
@@ -271,9 +272,13 @@ def json_array(data: bytes, format: str, display: str) -> ListArray:
     """An array from JSON or JSON Lines bytes; a malformed document is an `UnsafeOutput` naming it."""
     value = parse_json_lines(data, display) if format == "jsonl" else parse_json(data, display)
     try:
-        return from_json_value(value)
+        array = from_json_value(value)
     except ArrayFormatError as exc:
         raise UnsafeOutput(display, f"has no array shape: {exc}") from None
+    # JSON integers are unbounded; one beyond 64 bits would break every float comparison later.
+    if any(isinstance(v, int) and not -(2**63) <= v < 2**64 for v in array.values):
+        raise UnsafeOutput(display, "holds an integer that does not fit in 64 bits")
+    return array
 
 
 def read_json_array(path: Path) -> ListArray:
