@@ -36,6 +36,8 @@ from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+#: Bytes of a build's log kept (head and tail): a pip install prints a few MB at most.
+BUILD_LOG_BYTES = 32 << 20
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
@@ -214,7 +216,8 @@ class DockerEngine:
         no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
-        log: list[str] = []
+        # A RUN step is code from the packages being installed: what it prints is kept within a bound.
+        log = CappedStream(BUILD_LOG_BYTES)
         image_id: str | None = None
         step: str | None = None
         step_errors: list[str] = []
@@ -238,35 +241,39 @@ class DockerEngine:
                 if "stream" in chunk:
                     for raw in str(chunk["stream"]).splitlines():
                         line = redact(_ANSI.sub("", raw))
-                        log.append(line)
+                        log.feed(line.encode("utf-8", errors="replace") + b"\n")
                         if on_line is not None:
                             on_line(line)
                         match = _STEP.match(line)
                         if match:
                             step, step_errors = match.group("instruction"), []
-                        elif _ERROR_LINE.match(line.strip()) and not line.strip().startswith(_CONTEXT_ONLY):
-                            step_errors.append(line.strip())
+                        elif (
+                            _ERROR_LINE.match(line.strip())
+                            and not line.strip().startswith(_CONTEXT_ONLY)
+                            and len(step_errors) < 100
+                        ):
+                            step_errors.append(line.strip()[:2000])
                 elif "error" in chunk:
                     error = redact(str(chunk["error"]).strip())
-                    log.append(f"ERROR: {error}")
+                    log.feed(f"ERROR: {error}\n".encode())
                     if on_line is not None:
                         on_line(f"ERROR: {error}")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                     image_id = str(chunk["aux"]["ID"])
         except docker.errors.APIError as exc:
             error = redact(str(exc.explanation))
-            log.append(f"ERROR: {error}")
+            log.feed(f"ERROR: {error}\n".encode())
         if error is not None:
             return BuildOutcome(
                 image_id=None,
-                log="\n".join(log) + "\n",
+                log=log.text(),
                 failed_step=step,
                 first_error=step_errors[0] if step_errors else error,
             )
         if image_id is None:
             built = self.image(tag)
             image_id = built.id if built else None
-        return BuildOutcome(image_id=image_id, log="\n".join(log) + "\n")
+        return BuildOutcome(image_id=image_id, log=log.text())
 
     # -- containers --------------------------------------------------------------------------------
 
