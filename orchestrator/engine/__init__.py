@@ -113,6 +113,10 @@ def describe_exit(outcome: RunOutcome, spec: RunSpec, raise_hint: str) -> str:
 
 
 class Engine(Protocol):
+    #: Labels put on every container and built layer (`ORCH_LABELS`, see engine/labels.py).
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
     def info(self) -> EngineInfo: ...
 
     def image(self, ref: str) -> ImageInfo | None: ...
