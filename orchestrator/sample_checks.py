@@ -153,7 +153,7 @@ def compare(
             f"max |Δ| ≤ {_fmt(comparison.max)}",
             f"max |Δ| = {_fmt_against(worst, comparison.max)}{at}",
             ok,
-            f"observed {x_at(observed, worst_at)}, reference {x_at(reference, worst_at)}" if at else None,
+            f"observed {_value_at(observed, worst_at)}, reference {_value_at(reference, worst_at)}" if at else None,
         )
     if isinstance(comparison, AllCloseComparison):
         allowed = f"|Δ| ≤ {_fmt(comparison.atol)} + {_fmt(comparison.rtol)}·|reference|"
@@ -192,7 +192,7 @@ def compare(
     )
 
 
-def x_at(array: Array, flat: int) -> str:
+def _value_at(array: Array, flat: int) -> str:
     """The value at a flat index, read by itself (O(row))."""
     width = array.row_width if len(array.shape) >= 2 else 1
     row, column = divmod(flat, width) if len(array.shape) >= 2 else (0, flat)

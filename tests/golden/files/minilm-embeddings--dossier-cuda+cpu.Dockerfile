@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda', variant 'cpu'.
-# Dossier identity: 83a40c2285796ca9abb8890f08fbf7fb2be6cc0b29cfb32d424dd06c1a650ab6
+# Dossier identity: 45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="83a40c2285796ca9abb8890f08fbf7fb2be6cc0b29cfb32d424dd06c1a650ab6" \
+      io.orch.dossier.identity="45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm', variant 'cpu'.
-# Dossier identity: 76f7b942a1ba9bcb9e41af6863236d13ec87a9e0d5d861fb34a27ab2c5f8e553
+# Dossier identity: e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="76f7b942a1ba9bcb9e41af6863236d13ec87a9e0d5d861fb34a27ab2c5f8e553" \
+      io.orch.dossier.identity="e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

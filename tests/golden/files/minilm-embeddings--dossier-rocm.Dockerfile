@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm'.
-# Dossier identity: 10f04ca5b71da6e5281c706ca305def3b576e87f696a0a211c43220b7f7a5cca
+# Dossier identity: 9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="6.2.4" \
-      io.orch.dossier.identity="10f04ca5b71da6e5281c706ca305def3b576e87f696a0a211c43220b7f7a5cca" \
+      io.orch.dossier.identity="9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="online" \
       io.orch.platform="rocm" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'resume-training'.
-# Dossier identity: c976bb61d4d6ad3989411103f19289dd6856c571338758885d1e37831db9a2e8
+# Dossier identity: e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="c976bb61d4d6ad3989411103f19289dd6856c571338758885d1e37831db9a2e8" \
+      io.orch.dossier.identity="e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f" \
       io.orch.dossier.name="resume-training" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

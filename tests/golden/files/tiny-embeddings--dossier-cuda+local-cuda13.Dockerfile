@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'local-cuda13'.
-# Dossier identity: a31e18f02a7a4d81213c0f0ed40ada1ad18de801e10e0ed8726f296c7c3286ae
+# Dossier identity: 3cdeb9ef01926c8e791c3c1f40dba853fdc6ac036c495cc310bf242203405d50
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -37,7 +37,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="13.0" \
-      io.orch.dossier.identity="a31e18f02a7a4d81213c0f0ed40ada1ad18de801e10e0ed8726f296c7c3286ae" \
+      io.orch.dossier.identity="3cdeb9ef01926c8e791c3c1f40dba853fdc6ac036c495cc310bf242203405d50" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cuda" \

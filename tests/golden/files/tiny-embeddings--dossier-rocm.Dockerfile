@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-rocm'.
-# Dossier identity: f53e1305ed394d5132d3657e591de389a0a35919012f48b8cb387e5e4d2ce786
+# Dossier identity: 70e4947b091bb3ca766700026591853ecfd6dd88cb9fa89404893c133675a123
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="6.2" \
-      io.orch.dossier.identity="f53e1305ed394d5132d3657e591de389a0a35919012f48b8cb387e5e4d2ce786" \
+      io.orch.dossier.identity="70e4947b091bb3ca766700026591853ecfd6dd88cb9fa89404893c133675a123" \
       io.orch.dossier.name="tiny-embeddings-rocm" \
       io.orch.install.mode="online" \
       io.orch.platform="rocm" \

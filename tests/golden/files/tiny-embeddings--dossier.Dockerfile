@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings'.
-# Dossier identity: 71bbd54b84626132ef39a2e7e6d820202e90778cbe0ffd829812091676fb1c8e
+# Dossier identity: 2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="71bbd54b84626132ef39a2e7e6d820202e90778cbe0ffd829812091676fb1c8e" \
+      io.orch.dossier.identity="2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676" \
       io.orch.dossier.name="tiny-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \
