@@ -7,12 +7,17 @@
   changes are refused (`code.dirty: refuse`, the default) or recorded as a variant named after the hash
   of the diff (`code.dirty: record`).
 - A plain folder: its files; the tree hash is part of the dossier's identity.
+
+Whatever the source, the files reach the context by one rule (`orchestrator.dossier.paths`): regular
+files and folders only, a symlink followed only when it stays inside (the dossier's folder for a local
+folder, the exported tree for git) and then copied as content, never as a link; anything else is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -20,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.dossier.load import LoadedDossier, file_sha256, iter_tree, tree_sha256
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.dossier.paths import Where, copy_tree, file_sha256, tree_sha256, walk_tree
 from orchestrator.errors import BadInput, ToolMissing
 from orchestrator.redact import redact
 
@@ -64,7 +70,10 @@ def _diff_sha256(folder: Path) -> str:
     digest = hashlib.sha256(git("diff", "HEAD", "--binary", "--", ".", cwd=folder, check=True).stdout)
     untracked = git("ls-files", "--others", "--exclude-standard", "-z", "--", ".", cwd=folder, check=True)
     for name in sorted(filter(None, untracked.stdout.decode().split("\0"))):
-        digest.update(name.encode() + b"\0" + file_sha256(folder / name).encode())
+        path = folder / name
+        # A link is hashed as its target text, as git itself stores it: never followed out of the tree.
+        content = os.readlink(path).encode() if path.is_symlink() else file_sha256(path).encode()
+        digest.update(name.encode() + b"\0" + content)
     return digest.hexdigest()
 
 
@@ -73,9 +82,10 @@ def inspect_code(loaded: LoadedDossier) -> CodeState:
     if code.is_git_url:
         return CodeState("git-url", redact(code.source), code.revision, False, None, None)
     folder = loaded.code_dir
+    files = loaded.code_files()  # walked by the rule first: a link out of the folder stops here
     top = _work_tree(folder)
     if top is None:
-        return CodeState("folder", code.source, None, False, None, tree_sha256(folder))
+        return CodeState("folder", code.source, None, False, None, tree_sha256(files))
     if code.revision is not None:
         if git("cat-file", "-e", f"{code.revision}^{{commit}}", cwd=folder).returncode != 0:
             raise BadInput(f"code.revision {code.revision} is not a commit of the repository at {top}")
@@ -90,7 +100,7 @@ def inspect_code(loaded: LoadedDossier) -> CodeState:
             hint="Commit them, pin code.revision, or set code.dirty: record to build them as a recorded variant.",
         )
     return CodeState(
-        "git-worktree", code.source, head, dirty, _diff_sha256(folder) if dirty else None, tree_sha256(folder)
+        "git-worktree", code.source, head, dirty, _diff_sha256(folder) if dirty else None, tree_sha256(files)
     )
 
 
@@ -100,8 +110,7 @@ def export_git_revision(folder: Path, revision: str, dest: Path) -> None:
     top = Path(git("rev-parse", "--show-toplevel", cwd=folder, check=True).stdout.decode().strip())
     # From the top level: run in a subfolder, git archive would also filter the tree by that subfolder.
     archive = git("archive", "--format=tar", f"{revision}:{prefix}" if prefix else revision, cwd=top, check=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+    _extract(archive.stdout, dest, f"commit {revision} of {top}")
 
 
 def export_git_url(url: str, revision: str, dest: Path, scratch: Path) -> None:
@@ -117,26 +126,41 @@ def export_git_url(url: str, revision: str, dest: Path, scratch: Path) -> None:
                 hint="Check code.source and code.revision (a full commit id reachable from the URL).",
             )
     archive = git("archive", "--format=tar", "FETCH_HEAD", cwd=scratch, check=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+    _extract(archive.stdout, dest, f"revision {revision} of {redact(url)}")
+
+
+def _extract(archive: bytes, dest: Path, what: str) -> None:
+    """Extract a git archive; the 'data' filter refuses links that leave `dest`, absolute or by '..'."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            member = exc.tarinfo
+            target = f" -> {member.linkname!r}" if member.issym() or member.islnk() else ""
+            raise BadInput(
+                f"the code at {what} holds {member.name!r}{target}, which leaves the code's tree: "
+                "orch never follows a link out of it",
+                hint="Replace the link by the file it points to, commit, and pin the new revision.",
+            ) from None
 
 
 def copy_code(loaded: LoadedDossier, state: CodeState, dest: Path, scratch: Path) -> None:
     """Put the code state `inspect_code` chose into `dest`."""
     code = loaded.model.code
     dest.mkdir(parents=True)
-    if state.kind == "git-url":
-        assert code.revision is not None  # the schema requires it for git URLs
-        export_git_url(code.source, code.revision, dest, scratch)
-    elif state.kind == "git-revision":
-        assert state.revision is not None
-        export_git_revision(loaded.code_dir, state.revision, dest)
+    if state.kind in ("git-url", "git-revision"):
+        # Exported beside, then copied by the rule: links inside the tree become the files they name.
+        export = scratch / "export"
+        export.mkdir(parents=True)
+        if state.kind == "git-url":
+            assert code.revision is not None  # the schema requires it for git URLs
+            export_git_url(code.source, code.revision, export, scratch / "fetch")
+        else:
+            assert state.revision is not None
+            export_git_revision(loaded.code_dir, state.revision, export)
+        where = Where(str(loaded.path), "code.source")
+        copy_tree(list(walk_tree(export.resolve(), export.resolve(), where)), dest)
     else:
-        root = loaded.code_dir
-        for path in iter_tree(root):
-            target = dest / path.relative_to(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            shutil.copymode(path, target)
+        copy_tree(loaded.code_files(), dest)
     if not (dest / code.entrypoint).is_file():
         raise BadInput(f"code.entrypoint {code.entrypoint!r} is not a file in the code source {code.source!r}")

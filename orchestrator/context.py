@@ -97,6 +97,8 @@ def write_context(
             "identity": loaded.identity,
             "variant": loaded.variant,
             "code": {"kind": code.kind, "revision": code.revision, "dirty_diff_sha256": code.diff_sha256},
+            # Symlinks inside the dossier's folder that were followed: the context holds their content.
+            "links": dict(sorted(loaded.links.items())),
             "wheels": [{"file": w.file_name, "sha256": w.sha256} for w in wheels],
         }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -26,14 +26,15 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator import __version__
 from orchestrator.build import read_record
 from orchestrator.documents import read_document
-from orchestrator.dossier.load import LoadedDossier, file_sha256, iter_tree
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
 from orchestrator.report.write import read_report
@@ -70,26 +71,24 @@ class Manifest(BaseModel):
 
 
 def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
-    """The dossier and every file it references, at the same paths relative to its folder."""
+    """The dossier and every file it references, at the same paths relative to its folder.
+
+    Each path is located again by the dossier-folder rule (`orchestrator.dossier.paths`): the folder may
+    have changed since it was loaded, and a link out of it must never bring a host file in here. Links
+    that stay inside are copied as the files they point to.
+    """
     root = loaded.root
     dest.mkdir(parents=True)
-    shutil.copy2(loaded.path, dest / loaded.path.name)
+    copy_regular_file(loaded.path, dest / loaded.path.name)
     for relative in sorted(loaded.files):
-        source = (root / relative).resolve()
-        if not source.is_relative_to(root):
-            raise BadInput(
-                f"{relative!r} lies outside the dossier's folder {root}; a hand-over folder keeps the dossier's "
-                "relative paths, so move the file under that folder and point the dossier at it"
-            )
-        target = dest / relative
+        where = Where(str(loaded.path))
+        target = dest.joinpath(*PurePosixPath(relative).parts)
+        source = locate(root, relative, "folder" if relative == loaded.model.code.source else "file", where)
         if source.is_dir():
-            for path in iter_tree(source):
-                copy = target / path.relative_to(source)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, copy)
+            copy_tree(list(walk_tree(source, root, where)), target)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+            copy_regular_file(source, target)
     return loaded.path.name
 
 

@@ -28,7 +28,7 @@ from orchestrator import __version__
 from orchestrator.build import default_tag, read_record, run_inventory
 from orchestrator.build_record import BuildRecord
 from orchestrator.checks import Check, first_failure
-from orchestrator.dossier.load import LoadedDossier, file_sha256
+from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec, describe_exit
 from orchestrator.errors import BaseImageMissing
 from orchestrator.host.collect import collect_host_facts
@@ -471,7 +471,7 @@ def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
             checks.append(
                 _check(
                     f"{label} fingerprint",
-                    expected[:16] + "…",
+                    f"sha256 {expected}",
                     f"remote ({uri}): fetch it to a local path first",
                     False,
                 )
@@ -479,9 +479,26 @@ def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
             continue
         observed = file_sha256(loaded.resolve(path))
         checks.append(
-            _check(f"{label} fingerprint", f"sha256 {expected[:16]}…", f"sha256 {observed[:16]}…", observed == expected)
+            _check(
+                f"{label} fingerprint",
+                f"sha256 {expected}",  # in full: two hashes cut short can look the same
+                f"sha256 {observed}",
+                observed == expected,
+                None if observed == expected else where_differ(expected, observed),
+            )
         )
     return checks
+
+
+def fingerprint_facts(checks: list[Check]) -> dict[str, dict[str, str]]:
+    """Both hashes of every fingerprint check, for report.json's facts (what a script compares)."""
+    return {
+        check.name: {
+            "expected": check.expected.removeprefix("sha256 "),
+            "observed": check.observed.removeprefix("sha256 "),
+        }
+        for check in checks
+    }
 
 
 def _prepare_output(folder: Path) -> None:
@@ -529,7 +546,7 @@ def sample_stage(
     started = time.monotonic()
     fingerprints = verify_fingerprints(loaded)
     if first_failure(fingerprints) is not None:
-        return _stage("sample", started, fingerprints, {"ran": False})
+        return _stage("sample", started, fingerprints, {"ran": False, "fingerprints": fingerprint_facts(fingerprints)})
     output, meta, site = out / "sample-output", out / "sample-meta", out / "probe-site"
     _prepare_output(output)
     _prepare_output(meta)
@@ -565,6 +582,7 @@ def sample_stage(
         "seconds": round(outcome.duration_s, 3),
         "output_folder": str(output),
         "log": str(out / "sample.log"),
+        "fingerprints": fingerprint_facts(fingerprints),
     }
     if outcome.stdout_cut or outcome.stderr_cut:
         facts["log_cut_bytes"] = {"stdout": outcome.stdout_cut, "stderr": outcome.stderr_cut}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from orchestrator.arrays import Array, ArrayFormatError, Scalar, json_array, npy_from_fd, read_reference
 from orchestrator.checks import Check
-from orchestrator.dossier.load import LoadedDossier, file_sha256
+from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
     AllCloseComparison,
     Comparison,
@@ -302,13 +302,15 @@ def output_checks(
             )
     if output.compare is not None:
         reference_path = loaded.resolve(output.compare.reference)
-        if output.compare.sha256 is not None and file_sha256(reference_path) != output.compare.sha256:
+        observed = file_sha256(reference_path) if output.compare.sha256 is not None else None
+        if output.compare.sha256 is not None and observed is not None and observed != output.compare.sha256:
             checks.append(
                 _check(
                     f"{name}: reference fingerprint",
-                    output.compare.sha256[:16] + "…",
-                    file_sha256(reference_path)[:16] + "…",
+                    f"sha256 {output.compare.sha256}",  # in full: two hashes cut short can look the same
+                    f"sha256 {observed}",
                     False,
+                    where_differ(output.compare.sha256, observed),
                 )
             )
         else:

@@ -18,11 +18,18 @@ variant_option = click.option(
 @variant_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
-    """Check a dossier: schema, referenced files, lock, and coherence with the vendor tables."""
+    """Check a dossier: schema, referenced files and their fingerprints, lock, and coherence with the vendor tables."""
+    from orchestrator.cli.progress import hash_progress
     from orchestrator.console import make_console
-    from orchestrator.dossier.load import load_dossier
+    from orchestrator.dossier.load import declared_fingerprints, load_dossier
 
-    loaded = load_dossier(dossier, variant=variant)
+    # The bar goes to stderr: with --json, stdout holds only the JSON document.
+    with hash_progress(make_console(stderr=True), f"hashing the files {dossier} references") as bar:
+        loaded = load_dossier(
+            dossier, variant=variant, check_fingerprints=True, on_total=bar.total, on_bytes=bar.advance
+        )
+    fingerprints = declared_fingerprints(loaded.reference_model)
+    remote = [artifact.name for artifact in (*loaded.model.data, *loaded.model.weights) if artifact.path is None]
     model = loaded.model
     torch = loaded.lock.get("torch")
     variants = [v.name for v in loaded.reference_model.variants]
@@ -39,6 +46,9 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         "torch": str(torch.version) if torch else None,
         "locked_packages": len(loaded.lock.requirements),
         "files": len(loaded.files),
+        "fingerprints_checked": sum(len(declared) for declared in fingerprints.values()),
+        "fingerprints_remote": remote,
+        "links": loaded.links,
         "variants": variants,
     }
     if as_json:
@@ -59,6 +69,12 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         if summary[key] is not None:
             console.print(f"  {key:<16} {summary[key]}")
     console.print(f"  {'locked':<16} {summary['locked_packages']} packages; {summary['files']} referenced files")
+    console.print(f"  {'fingerprints':<16} {summary['fingerprints_checked']} sha256 checked, all match")
+    if remote:
+        console.print(f"  {'not checked':<16} remote, no local path: {', '.join(remote)}")
+    if loaded.links:
+        shown = ", ".join(f"{link} -> {target}" for link, target in sorted(loaded.links.items()))
+        console.print(f"  {'links followed':<16} {shown} (inside the folder; copied as files)")
     if variants:
         console.print(f"  {'variants':<16} {', '.join(variants)}")
 

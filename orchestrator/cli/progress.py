@@ -1,5 +1,6 @@
 """Progress on the long steps: a bar over the Dockerfile's steps while an image builds, a spinner for
-the other stages. Rich renders it only on a terminal; in logs and CI the step lines print as they come."""
+the other stages, a byte bar while large referenced files are hashed. Rich renders it only on a
+terminal; in logs and CI the step lines print as they come."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -59,3 +63,53 @@ def stage_progress(console: Console, name: str, *, verbose: bool = False) -> Ite
     with progress:
         task = progress.add_task(name, total=None)
         yield StageProgress(progress, task, name, verbose)
+
+
+#: Below this many bytes hashing takes well under a second (~1 GB/s): a bar would only flicker.
+HASH_BAR_BYTES = 256 * 1024 * 1024
+
+
+class HashProgress:
+    """A byte bar over hashing the dossier's files, shown only when there is enough to hash.
+
+    `total` is called once with the bytes to come, `advance` with each chunk hashed (see load_dossier).
+    """
+
+    def __init__(self, console: Console, label: str, threshold: int) -> None:
+        self.console = console
+        self.label = label
+        self.threshold = threshold
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def total(self, size: int) -> None:
+        if size < self.threshold or self.progress is not None:
+            return
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(self.label, total=size)
+
+    def advance(self, size: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task, size)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+@contextmanager
+def hash_progress(console: Console, label: str, *, threshold: int | None = None) -> Iterator[HashProgress]:
+    bar = HashProgress(console, label, HASH_BAR_BYTES if threshold is None else threshold)
+    try:
+        yield bar
+    finally:
+        bar.stop()

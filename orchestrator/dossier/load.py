@@ -1,17 +1,23 @@
 """Load a dossier file into a validated, frozen `LoadedDossier`, or raise one clear `DossierError`.
 
 Order of checks, each stopping at the first problem so the user gets one message:
-file readable → safe YAML → schema version → schema (pydantic) → referenced files exist →
-lock parses → coherence with vendor tables (for the reference and every declared variant).
+file readable → safe YAML → schema version → schema (pydantic) → referenced files exist, inside the
+dossier's folder, of the right kind (`paths`: the folder is untrusted, symlinks leaving it are refused)
+→ declared fingerprints match, when asked (`orch validate`) → lock parses → coherence with vendor
+tables (for the reference and every declared variant).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -24,11 +30,32 @@ from orchestrator.dossier.coherence import (
 )
 from orchestrator.dossier.lock import Lock, LockError, parse_lock
 from orchestrator.dossier.models import SCHEMA_VERSION, Dossier
-from orchestrator.dossier.yaml_source import FieldPath, YamlDocument, YamlSourceError, read_yaml
+from orchestrator.dossier.paths import (
+    OnBytes,
+    TreeFile,
+    Where,
+    check_relative,
+    describe_mode,
+    file_sha256,
+    locate,
+    tree_sha256,
+    walk_tree,
+)
+from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, YamlSourceError, read_yaml
 from orchestrator.errors import DossierError
 
-# Files and folders that never belong to an application's identity or build context.
-IGNORED_NAMES = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", ".DS_Store"})
+# file_sha256 lives in `paths` and is re-exported: callers hash files as `load` does.
+__all__ = [
+    "DeclaredFingerprint",
+    "LoadedDossier",
+    "apply_variant",
+    "declared_fingerprints",
+    "dossier_identity",
+    "file_sha256",
+    "fingerprint_mismatch",
+    "load_dossier",
+    "where_differ",
+]
 
 
 @dataclass(frozen=True)
@@ -41,13 +68,20 @@ class LoadedDossier:
     base_image: ResolvedBaseImage
     identity: str  # sha256 hex over the normalised dossier and every file it references
     files: dict[str, str]  # dossier-relative path → sha256 (folders: a tree hash)
+    #: Symlinks followed (all inside the folder, by the rule in `paths`): link → target, folder-relative.
+    links: dict[str, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
         return self.path.parent
 
-    def resolve(self, relative: str) -> Path:
-        return (self.root / relative).resolve()
+    def resolve(self, relative: str, *, kind: Literal["file", "folder"] = "file") -> Path:
+        """The real path of a file the dossier names, checked again by the rule (the folder may have changed)."""
+        return locate(self.root, relative, kind, Where(str(self.path)))
+
+    def code_files(self) -> list[TreeFile]:
+        """The code folder's regular files, walked by the rule: what the build context receives."""
+        return list(walk_tree(self.code_dir, self.root, Where(str(self.path), "code.source")))
 
     @property
     def short_identity(self) -> str:
@@ -55,31 +89,7 @@ class LoadedDossier:
 
     @property
     def code_dir(self) -> Path:
-        return self.resolve(self.model.code.source)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def iter_tree(root: Path) -> Iterator[Path]:
-    """Files under `root` in a stable order, skipping VCS and cache folders."""
-    for path in sorted(root.rglob("*")):
-        if any(part in IGNORED_NAMES or part.endswith(".pyc") for part in path.relative_to(root).parts):
-            continue
-        if path.is_file():
-            yield path
-
-
-def tree_sha256(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in iter_tree(root):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + file_sha256(path).encode() + b"\n")
-    return digest.hexdigest()
+        return self.resolve(self.model.code.source, kind="folder")
 
 
 def _dotted(path: FieldPath) -> str:
@@ -147,6 +157,58 @@ def apply_variant(model: Dossier, name: str) -> Dossier:
     )
 
 
+@dataclass(frozen=True)
+class DeclaredFingerprint:
+    field: str  # where the sha256 is written, e.g. 'weights[0].sha256'
+    expected: str
+
+
+def declared_fingerprints(model: Dossier) -> dict[str, list[DeclaredFingerprint]]:
+    """Every local file whose sha256 the dossier declares: path → the fields that declare it."""
+    found: dict[str, list[DeclaredFingerprint]] = {}
+
+    def add(relative: str | None, field_name: str, expected: str | None) -> None:
+        if relative is not None and expected is not None:
+            found.setdefault(relative, []).append(DeclaredFingerprint(field_name, expected))
+
+    for section, artifacts in (("data", model.data), ("weights", model.weights)):
+        for index, artifact in enumerate(artifacts):
+            add(artifact.path, f"{section}[{index}].sha256", artifact.sha256)
+    for index, sample_input in enumerate(model.expect.inputs):
+        add(sample_input.path, f"expect.inputs[{index}].sha256", sample_input.sha256)
+    for index, output in enumerate(model.expect.outputs):
+        if output.compare is not None:
+            add(output.compare.reference, f"expect.outputs[{index}].compare.sha256", output.compare.sha256)
+    for index, variant in enumerate(model.variants):
+        for name, comparison in variant.compare.items():
+            add(comparison.reference, f"variants[{index}].compare.{name}.sha256", comparison.sha256)
+    return found
+
+
+def fingerprint_mismatch(relative: str, expected: str, observed: str) -> str:
+    """Both hashes in full and where they first differ: two hashes cut short can look identical."""
+    return f"sha256 of {relative!r} does not match: declared {expected}, the file has {observed} ({where_differ(expected, observed)})"
+
+
+def where_differ(expected: str, observed: str) -> str:
+    first = next((i for i, (a, b) in enumerate(zip(expected, observed, strict=False)) if a != b), None)
+    if first is None:
+        return "same prefix, different length" if len(expected) != len(observed) else "identical"
+    return f"they differ from character {first + 1}"
+
+
+def _total_bytes(located: list[tuple[str, str, Path, list[TreeFile] | None]]) -> int:
+    seen: set[str] = set()
+    total = 0
+    for _, relative, target, tree in located:
+        if relative in seen:
+            continue
+        seen.add(relative)
+        paths = [entry.real for entry in tree] if tree is not None else [target]
+        total += sum(os.stat(path).st_size for path in paths)
+    return total
+
+
 def _first_validation_error(file: str, exc: ValidationError, doc: YamlDocument) -> DossierError:
     errors = exc.errors(include_url=False)
     # A misspelt key shows up twice: as unknown, and as the required key it was meant to be. The
@@ -186,9 +248,10 @@ def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, p
 
 
 def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
-    lock_path = (root / model.python.requirements).resolve()
+    lock_path = root / model.python.requirements
+    real = locate(root, model.python.requirements, "file", Where(file, field))
     try:
-        lock = parse_lock(lock_path.read_text(encoding="utf-8"))
+        lock = parse_lock(real.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise DossierError(str(lock_path), "the lock is not UTF-8 text", field=field) from None
     except LockError as exc:
@@ -205,17 +268,59 @@ def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
     return lock
 
 
-def load_dossier(path: str | Path, *, variant: str | None = None) -> LoadedDossier:
-    file = str(path)
-    dossier_path = Path(path).resolve()
+def _read_dossier_file(given: Path) -> tuple[Path, bytes]:
+    """The dossier's real path and at most MAX_BYTES + 1 of its bytes, by the folder rule.
+
+    A link is followed only inside the folder it sits in; a FIFO or device is refused by its kind,
+    never read (`/dev/zero` would fill memory, a FIFO would block).
+    """
+    file = str(given)
+    folder = Path(os.path.realpath(given.parent))
     try:
-        raw = dossier_path.read_bytes()
+        mode = os.lstat(given).st_mode
+        real = Path(os.path.realpath(given, strict=True))
     except FileNotFoundError:
         raise DossierError(file, "no such file: give the path of a dossier YAML file") from None
-    except IsADirectoryError:
-        raise DossierError(file, "is a folder; give the dossier YAML file inside it") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DossierError(file, f"is a symlink loop (it points to {os.readlink(given)!r})") from None
+        raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+    if stat.S_ISLNK(mode) and not real.is_relative_to(folder):
+        raise DossierError(
+            file,
+            f"is a symlink to {os.readlink(given)!r}, outside its folder {folder}: orch never follows a link "
+            "out of a dossier's folder; give the real file",
+        )
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise DossierError(file, "is a folder; give the dossier YAML file inside it")
+        raise DossierError(file, f"is {describe_mode(mode)}; give the dossier YAML file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            return real, handle.read(MAX_BYTES + 1)  # read_yaml says "too large" past MAX_BYTES
+        except OSError as exc:
+            raise DossierError(file, f"cannot be read: {exc.strerror}") from None
+
+
+def load_dossier(
+    path: str | Path,
+    *,
+    variant: str | None = None,
+    check_fingerprints: bool = False,
+    on_total: Callable[[int], None] | None = None,
+    on_bytes: OnBytes | None = None,
+) -> LoadedDossier:
+    """Load and check a dossier. Every referenced file is hashed (streamed) for the identity;
+    `check_fingerprints` also compares each declared sha256 with it and stops at the first mismatch.
+    `on_total` receives the number of bytes to hash, then `on_bytes` each chunk (a progress bar)."""
+    file = str(path)
+    dossier_path, raw = _read_dossier_file(Path(path))
     try:
         doc = read_yaml(raw)
     except YamlSourceError as exc:
@@ -236,19 +341,36 @@ def load_dossier(path: str | Path, *, variant: str | None = None) -> LoadedDossi
         raise _first_validation_error(file, exc, doc) from None
 
     root = dossier_path.parent
+    # The entry point lies in the code's tree, which for git is only known at build time: here its form.
+    entry = "code.entrypoint"
+    check_relative(reference.code.entrypoint, Where(file, entry, doc.line_of(_field_path(entry))))
     files: dict[str, str] = {}
-    for field, relative, is_dir in _referenced_paths(reference):
-        target = (root / relative).resolve()
-        kind = "folder" if is_dir else "file"
-        exists = target.is_dir() if is_dir else target.is_file()
-        if not exists:
-            raise DossierError(
-                file,
-                f"{kind} {relative!r} does not exist (looked at {target})",
-                field=field,
-                line=doc.line_of(_field_path(field)),
-            )
-        files[relative] = tree_sha256(target) if is_dir else file_sha256(target)
+    links: dict[str, str] = {}
+    located: list[tuple[str, str, Path, list[TreeFile] | None]] = []
+    for field_name, relative, is_dir in _referenced_paths(reference):
+        where = Where(file, field_name, doc.line_of(_field_path(field_name)))
+        target = locate(root, relative, "folder" if is_dir else "file", where, links)
+        tree = list(walk_tree(target, root, where, links)) if is_dir else None
+        located.append((field_name, relative, target, tree))
+    fingerprints = declared_fingerprints(reference) if check_fingerprints else {}
+    if on_total is not None:
+        on_total(_total_bytes(located))
+    for field_name, relative, target, tree in located:
+        if relative in files:
+            continue  # one file named by several fields is read once
+        where = Where(file, field_name, doc.line_of(_field_path(field_name)))
+        try:
+            files[relative] = tree_sha256(tree, on_bytes) if tree is not None else file_sha256(target, on_bytes)
+        except OSError as exc:  # changed between the check and the read (a file swapped for a FIFO)
+            raise where.error(f"cannot read {relative!r}: {exc.strerror}") from None
+        for fingerprint in fingerprints.get(relative, ()):
+            if fingerprint.expected != files[relative]:
+                raise DossierError(
+                    file,
+                    fingerprint_mismatch(relative, fingerprint.expected, files[relative]),
+                    field=fingerprint.field,
+                    line=doc.line_of(_field_path(fingerprint.field)),
+                )
 
     reference_lock = _read_lock(file, reference, root, "python.requirements")
     reference_image = _check_coherence(file, reference, reference_lock, doc)
@@ -276,6 +398,7 @@ def load_dossier(path: str | Path, *, variant: str | None = None) -> LoadedDossi
         base_image=image,
         identity=dossier_identity(reference, files, variant),
         files=files,
+        links=links,
     )
 
 

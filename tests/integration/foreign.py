@@ -20,8 +20,12 @@ OWNER_LABEL = "com.example.owner"
 
 
 def foreign_build(client: docker.DockerClient, base: str, body: str, tag: str | None = None) -> str:
-    """Build `FROM base` + `body` as another user would (no orch, no session label); returns the image id."""
-    dockerfile = f"FROM {base}\nLABEL {OWNER_LABEL}=another-user\n{body}\n"
+    """Build `FROM base` + `body` as another user would (no orch, no session label); returns the image id.
+
+    Its owner label names this session's stand-in user, so two test runs on one engine never share
+    a stand-in image through the build cache (each run removes its own at the end).
+    """
+    dockerfile = f"FROM {base}\nLABEL {OWNER_LABEL}=another-user-{SESSION_ID}\n{body}\n"
     image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, network_mode="none")
     return str(image.id)
 
@@ -65,13 +69,15 @@ class ForeignObjects:
         for image_id in [*self.extra_images, self.tagged_image, self.dangling_image]:
             with contextlib.suppress(docker.errors.ImageNotFound):
                 client.images.remove(image_id, force=True)
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(self.tag)
 
 
 def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjects:
     tag = f"another-user-{SESSION_ID}/app:1"
     tagged = foreign_build(client, base, "RUN echo finished > /result", tag=tag)
     dangling = foreign_build(client, base, "RUN echo builder-tip > /tip")  # untagged: what a prune would take
-    labels = {OWNER_LABEL: "another-user"}
+    labels = {OWNER_LABEL: f"another-user-{SESSION_ID}"}
     running = client.containers.run(tagged, ["sleep", "infinity"], detach=True, network_mode="none", labels=labels)
     exited = client.containers.run(tagged, ["true"], detach=True, network_mode="none", labels=labels)
     exited.wait(timeout=60)

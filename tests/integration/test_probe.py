@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.base_image import BaseOutcome
 from orchestrator.build import BuildOptions, run_build
-from orchestrator.dossier.load import load_dossier
+from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.engine import Engine
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.model import Report
@@ -173,7 +173,10 @@ def test_wrong_weights_hash_fails_before_the_sample_runs(
     sample = report.stage("sample")
     assert sample.status == "failed" and sample.first_error is not None
     assert sample.first_error.step == "weights tiny fingerprint"
-    assert sample.facts == {"ran": False}
+    assert sample.facts["ran"] is False
+    observed = file_sha256(tiny_example / "weights.bin")
+    assert sample.facts["fingerprints"]["weights tiny fingerprint"] == {"expected": "ab" * 32, "observed": observed}
+    assert "ab" * 32 in sample.first_error.message and observed in sample.first_error.message, "both in full"
     assert not (tmp_path / "sample.log").exists(), "the sample command never started"
 
 
