@@ -8,7 +8,6 @@ A failed build step is a verdict (exit 1) with the step and the first error; no 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from orchestrator.code_source import inspect_code
 from orchestrator.context import write_context
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine, ImageInfo, Network, RunSpec
+from orchestrator.engine import Engine, ImageInfo, Network, RunSpec, describe_exit
 from orchestrator.errors import BadInput, EnvironmentFailure
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.image_checks import image_checks
@@ -43,6 +42,7 @@ from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, p
 from orchestrator.plan import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
+from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
 
 INVENTORY_TIMEOUT_S = 300
 
@@ -113,24 +113,30 @@ def _build_labels(engine: Engine, loaded: LoadedDossier, tag: str, code: CodeRef
 
 def run_inventory(engine: Engine, image: str) -> tuple[Inventory | None, str | None]:
     """The inventory probe in one container start; (inventory, None) or (None, first error)."""
-    outcome = engine.run(
-        RunSpec(
-            image=image,
-            command=["python", "-I", "-c", probe_source("inventory.py")],
-            timeout_s=INVENTORY_TIMEOUT_S,
-            labels={f"{LABEL_PREFIX}.probe": "inventory"},
-        )
+    spec = RunSpec(
+        image=image,
+        command=["python", "-I", "-c", probe_source("inventory.py")],
+        timeout_s=INVENTORY_TIMEOUT_S,
+        labels={f"{LABEL_PREFIX}.probe": "inventory"},
     )
+    outcome = engine.run(spec)
     if outcome.timed_out:
         return None, f"the inventory probe did not finish within {INVENTORY_TIMEOUT_S}s"
-    lines = [line for line in outcome.stdout.splitlines() if line.strip()]
-    if outcome.exit_code != 0 or not lines:
-        stderr = [line for line in outcome.stderr.splitlines() if line.strip()]
-        return None, f"the inventory probe exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
+    last = last_line(outcome.stdout, limit=len(outcome.stdout) + 1)
+    if outcome.exit_code != 0 or last is None:
+        return None, "the inventory probe " + describe_exit(
+            outcome, spec, "the probe only runs pip and reads the image's files"
+        )
     try:
-        return parse_inventory(json.loads(lines[-1])), None
-    except ValueError as exc:
+        document = parse_json(last.encode("utf-8", errors="replace"), "the inventory probe's output")
+        if not isinstance(document, dict):
+            raise UnsafeOutput("the inventory probe's output", "is not a JSON object")
+        return parse_inventory(document), None
+    except UnsafeOutput as exc:
         return None, f"the inventory probe printed no JSON document: {exc}"
+    except (ValueError, TypeError, AttributeError) as exc:
+        # The probe runs in the image; a report of the wrong shape is a failure, not a traceback.
+        return None, f"the inventory probe printed a report not shaped as the probe's: {str(exc).splitlines()[0][:200]}"
 
 
 def _previous_inventory(path: Path, image_id: str) -> Inventory | None:

@@ -29,7 +29,7 @@ from orchestrator.build import default_tag, read_record, run_inventory
 from orchestrator.build_record import BuildRecord
 from orchestrator.checks import Check, first_failure
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
-from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec
+from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec, describe_exit
 from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
@@ -47,10 +47,13 @@ from orchestrator.report.model import (
     overall_verdict,
 )
 from orchestrator.resources import probe_source
+from orchestrator.untrusted import OutputMissing, UnsafeOutput, last_line, parse_json, read_output_json
 
 DEVICE_PROBE_TIMEOUT_S = 600
 #: What the device probe reports that the device stage keeps as facts.
 DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
+#: Largest meta file (determinism.json) the host reads back from a sample: a few hundred bytes are normal.
+META_MAX_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -337,10 +340,11 @@ def host_stage(
 
 
 def _probe_json(stdout: str) -> dict[str, Any] | None:
+    """The probe's report: the last line of its (capped) stdout that is a JSON object."""
     for line in reversed([line for line in stdout.splitlines() if line.strip()]):
         try:
-            value = json.loads(line)
-        except ValueError:
+            value = parse_json(line.encode("utf-8", errors="replace"), "the probe's output")
+        except UnsafeOutput:
             continue
         if isinstance(value, dict):
             return value
@@ -440,23 +444,22 @@ def device_stage(
             {"compatibility": verdict.model_dump()},
             error=StageError(step="compatibility", message=verdict.explanation),
         )
-    outcome = engine.run(
-        RunSpec(
-            image=image.id,
-            command=["python", "-I", "-c", probe_source("device.py")],
-            # Under the sample's CPU knobs, so the capability it reports is the one the sample gets.
-            environment={
-                "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version}),
-                **cpu_knob_environment(loaded),
-            },
-            timeout_s=DEVICE_PROBE_TIMEOUT_S,
-            labels={f"{LABEL_PREFIX}.probe": "device"},
-            nvidia_gpus=mapping.nvidia_gpus,
-            cdi_devices=mapping.cdi_devices,
-            devices=mapping.devices,
-            group_add=mapping.group_add,
-        )
+    spec = RunSpec(
+        image=image.id,
+        command=["python", "-I", "-c", probe_source("device.py")],
+        # Under the sample's CPU knobs, so the capability it reports is the one the sample gets.
+        environment={
+            "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version}),
+            **cpu_knob_environment(loaded),
+        },
+        timeout_s=DEVICE_PROBE_TIMEOUT_S,
+        labels={f"{LABEL_PREFIX}.probe": "device"},
+        nvidia_gpus=mapping.nvidia_gpus,
+        cdi_devices=mapping.cdi_devices,
+        devices=mapping.devices,
+        group_add=mapping.group_add,
     )
+    outcome = engine.run(spec)
     if outcome.timed_out:
         return _stage(
             "device",
@@ -467,21 +470,33 @@ def device_stage(
                 step="device probe", message=f"no answer within {DEVICE_PROBE_TIMEOUT_S}s; the container was stopped"
             ),
         )
-    found = _probe_json(outcome.stdout)
+    found = None if outcome.oom_killed else _probe_json(outcome.stdout)
     if found is None:
-        stderr = [line for line in outcome.stderr.splitlines() if line.strip()]
         return _stage(
             "device",
             started,
             [],
             {},
             error=StageError(
-                step="device probe", message=f"exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
+                step="device probe",
+                message=describe_exit(outcome, spec, "the probe only imports torch and runs two small operations"),
             ),
         )
     facts = {key: found.get(key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
-    return _stage("device", started, device_checks(platform, version, found, mapping), facts)
+    try:
+        checks = device_checks(platform, version, found, mapping)
+    except (AttributeError, TypeError, ValueError, KeyError):
+        # The probe runs inside the image, which a compromised package controls: a report of the wrong
+        # shape is a failed stage, not a traceback.
+        return _stage(
+            "device",
+            started,
+            [],
+            {"gpu_mapping": mapping.description},
+            error=StageError(step="device probe", message="printed a report that is not shaped as the probe's"),
+        )
+    return _stage("device", started, checks, facts)
 
 
 # -- sample --------------------------------------------------------------------------------------------
@@ -598,21 +613,21 @@ def sample_stage(
     (site / "sitecustomize.py").write_text(probe_source("sitecustomize.py"), encoding="utf-8")
     site.chmod(0o755)
     expect = loaded.model.expect
-    outcome = engine.run(
-        RunSpec(
-            image=image.id,
-            command=expect.command,
-            mounts=sample_mounts(loaded, output, meta, site),
-            environment=sample_environment(loaded),
-            timeout_s=expect.timeout_s,
-            labels={f"{LABEL_PREFIX}.probe": "sample"},
-            nvidia_gpus=mapping.nvidia_gpus,
-            cdi_devices=mapping.cdi_devices,
-            devices=mapping.devices,
-            group_add=mapping.group_add,
-            shm_size="1g",
-        )
+    spec = RunSpec(
+        image=image.id,
+        command=expect.command,
+        mounts=sample_mounts(loaded, output, meta, site),
+        environment=sample_environment(loaded),
+        timeout_s=expect.timeout_s,
+        mem_limit=f"{expect.limits.memory_mib}m",
+        labels={f"{LABEL_PREFIX}.probe": "sample"},
+        nvidia_gpus=mapping.nvidia_gpus,
+        cdi_devices=mapping.cdi_devices,
+        devices=mapping.devices,
+        group_add=mapping.group_add,
+        shm_size="1g",
     )
+    outcome = engine.run(spec)
     (out / "sample.log").write_text(
         outcome.stdout + ("\n--- stderr ---\n" + outcome.stderr if outcome.stderr else ""), encoding="utf-8"
     )
@@ -624,32 +639,43 @@ def sample_stage(
         "log": str(out / "sample.log"),
         "fingerprints": fingerprint_facts(fingerprints),
     }
-    determinism = meta / "determinism.json"
-    facts["determinism"] = (
-        json.loads(determinism.read_text())
-        if determinism.is_file()
-        else "not applied (the sample started no Python process that imported the probe site)"
-    )
+    if outcome.stdout_cut or outcome.stderr_cut:
+        facts["log_cut_bytes"] = {"stdout": outcome.stdout_cut, "stderr": outcome.stderr_cut}
+    meta_checks: list[Check] = []
+    try:
+        facts["determinism"] = read_output_json(meta, "determinism.json", META_MAX_BYTES)
+    except OutputMissing:
+        facts["determinism"] = "not applied (the sample started no Python process that imported the probe site)"
+    except UnsafeOutput as exc:
+        facts["determinism"] = "refused (see the failed check)"
+        meta_checks.append(
+            _check("determinism record", "a regular JSON file written by the probe site", f"refused: {exc}", False)
+        )
     if outcome.timed_out:
         return _stage(
             "sample",
             started,
-            fingerprints,
+            fingerprints + meta_checks,
             facts,
             error=StageError(step="sample command", message=f"stopped at its timeout of {expect.timeout_s}s"),
         )
     if outcome.exit_code != 0:
-        stderr = [line for line in outcome.stderr.splitlines() if line.strip()]
         return _stage(
             "sample",
             started,
-            fingerprints,
+            fingerprints + meta_checks,
             facts,
             error=StageError(
-                step="sample command", message=f"exited {outcome.exit_code}: {stderr[-1] if stderr else 'no output'}"
+                step="sample command",
+                message=describe_exit(
+                    outcome,
+                    spec,
+                    f"if the sample needs more, raise expect.limits.memory_mib in the dossier "
+                    f"(now {expect.limits.memory_mib})",
+                ),
             ),
         )
-    return _stage("sample", started, fingerprints + sample_checks(loaded, output), facts)
+    return _stage("sample", started, fingerprints + meta_checks + sample_checks(loaded, output), facts)
 
 
 def make_report(
@@ -778,14 +804,13 @@ def run_host_mode(
     else:
         found = _probe_json(done.stdout)
         if found is None:
-            stderr = [line for line in done.stderr.splitlines() if line.strip()]
             device = _stage(
                 "device",
                 started,
                 [],
                 {"python": python},
                 error=StageError(
-                    step="device probe", message=f"exited {done.returncode}: {stderr[-1] if stderr else 'no output'}"
+                    step="device probe", message=f"exited {done.returncode}: {last_line(done.stderr) or 'no output'}"
                 ),
             )
         else:

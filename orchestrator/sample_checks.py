@@ -8,12 +8,15 @@ output, the metric, the observed value and the allowed one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 
-from orchestrator.arrays import Array, ArrayFormatError, read_array, read_reference
+from orchestrator.arrays import Array, ArrayFormatError, Scalar, json_array, npy_from_fd, read_reference
 from orchestrator.checks import Check
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
@@ -22,14 +25,35 @@ from orchestrator.dossier.models import (
     CosineComparison,
     ExactComparison,
     LabelEqualityCheck,
+    LimitsSpec,
     MaxAbsComparison,
     NearestNeighbourCheck,
     OutputSpec,
 )
+from orchestrator.untrusted import OutputMissing, UnsafeOutput, open_output, read_output_json
+
+MIB = 1 << 20
 
 
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
+
+
+def _fmt_against(value: float, threshold: float) -> str:
+    """`value` with enough digits that it does not print like `threshold` unless it equals it.
+
+    Why: `min cosine = 1` against `cosine ≥ 1` hid a value of 1 - 4.5e-13; near 1 the distance is
+    spelled out too.
+    """
+    text = _fmt(value)
+    if not math.isnan(value) and value != threshold:
+        for digits in range(7, 18):
+            if text != _fmt(threshold):
+                break
+            text = f"{value:.{digits}g}"
+    if 0 < 1 - value < 1e-4:
+        text += f" (1 - {1 - value:.2g})"
+    return text
 
 
 def _check(name: str, expected: str, observed: str, passed: bool, detail: str | None = None) -> Check:
@@ -40,63 +64,140 @@ def _shape_matches(expected: Sequence[int | None], observed: tuple[int, ...]) ->
     return len(expected) == len(observed) and all(e is None or e == o for e, o in zip(expected, observed, strict=True))
 
 
+def _values(array: Array) -> Iterator[Scalar]:
+    return chain.from_iterable(array.blocks())
+
+
 def _non_finite(array: Array) -> int:
-    return sum(1 for value in array.values if isinstance(value, float) and (math.isnan(value) or math.isinf(value)))
+    bad = 0
+    for block in array.blocks():
+        # Fast path at C speed: a finite sum means no NaN or Inf in the block; else count one by one.
+        # (Only float dtypes come here: every value is a float, or a JSON int within int64, see json_array.)
+        if not math.isfinite(sum(block)):  # type: ignore[arg-type]
+            bad += sum(1 for value in block if isinstance(value, float) and not math.isfinite(value))
+    return bad
 
 
-def cosine_rows(observed: Array, reference: Array) -> list[float]:
-    out: list[float] = []
-    for row_a, row_b in zip(observed.rows, reference.rows, strict=True):
-        a = [float(x) for x in row_a]
-        b = [float(x) for x in row_b]
-        norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-        out.append(sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else float("nan"))
-    return out
+def _row_name(row: int, ids: list[str] | None) -> str:
+    return f"row {row} ({ids[row]!r})" if ids and row < len(ids) else f"row {row}"
+
+
+def where(flat: int, shape: tuple[int, ...], ids: list[str] | None = None) -> str:
+    """A flat row-major index as the user reads it: row (and its identifier) and column."""
+    if len(shape) == 0:
+        return "the only value"
+    if len(shape) == 1:
+        return f"index {flat}" + (f" ({ids[flat]!r})" if ids and flat < len(ids) else "")
+    width = math.prod(shape[1:])
+    row, column = divmod(flat, width) if width else (0, 0)
+    if len(shape) == 2:
+        return f"{_row_name(row, ids)}, column {column}"
+    coordinates = []
+    for size in reversed(shape[1:]):
+        column, rest = divmod(column, size)
+        coordinates.append(rest)
+    return f"{_row_name(row, ids)}, index {tuple(reversed(coordinates))}"
+
+
+def cosine_rows(observed: Array, reference: Array) -> Iterator[float]:
+    """Row-wise cosine similarity, streamed: O(block) memory whatever the arrays' size."""
+    width = observed.row_width
+    dot = norm_a = norm_b = 0.0
+    for position, (x, y) in enumerate(zip(_values(observed), _values(reference), strict=True), start=1):
+        a, b = float(x), float(y)
+        dot, norm_a, norm_b = dot + a * b, norm_a + a * a, norm_b + b * b
+        if position % width == 0:
+            norm = math.sqrt(norm_a) * math.sqrt(norm_b)
+            yield dot / norm if norm else float("nan")
+            dot = norm_a = norm_b = 0.0
 
 
 def compare(
     name: str, observed: Array, reference: Array, comparison: Comparison, ids: list[str] | None = None
 ) -> Check:
-    """One comparison against the reference, with the observed value and the allowed one."""
+    """One comparison against the reference, with the observed value, where, and the allowed one."""
     label = f"{name}: {comparison.metric} vs {comparison.reference}"
     if observed.shape != reference.shape:
         return _check(label, f"shape {list(reference.shape)}", f"shape {list(observed.shape)}", False)
     if isinstance(comparison, ExactComparison):
-        differing = [i for i, (a, b) in enumerate(zip(observed.values, reference.values, strict=True)) if a != b]
+        differing, first = 0, -1
+        for index, (a, b) in enumerate(zip(_values(observed), _values(reference), strict=True)):
+            if a != b:
+                differing += 1
+                first = index if first < 0 else first
         return _check(
             label,
             "every value equal",
-            "equal" if not differing else f"{len(differing)} of {len(observed.values)} differ",
+            "equal" if not differing else f"{differing} of {observed.size} differ",
             not differing,
-            f"first at flat index {differing[0]}" if differing else None,
+            (
+                f"first at flat index {first}"
+                + (f" ({where(first, observed.shape, ids)})" if len(observed.shape) >= 2 else "")
+            )
+            if differing
+            else None,
         )
     if observed.dtype in ("str", "mixed") or reference.dtype in ("str", "mixed"):
         return _check(label, f"numbers to compare with {comparison.metric}", f"dtype {observed.dtype}", False)
-    a, b = observed.numeric(), reference.numeric()
+    pairs = ((float(x), float(y)) for x, y in zip(_values(observed), _values(reference), strict=True))
     if isinstance(comparison, MaxAbsComparison):
-        worst = max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+        worst, worst_at = 0.0, -1
+        for index, (x, y) in enumerate(pairs):
+            difference = abs(x - y)
+            if (math.isnan(difference) and not math.isnan(worst)) or difference > worst:
+                worst, worst_at = difference, index
         ok = worst <= comparison.max
-        return _check(label, f"max |Δ| ≤ {_fmt(comparison.max)}", f"max |Δ| = {_fmt(worst)}", ok)
+        at = f" at {where(worst_at, observed.shape, ids)}" if worst_at >= 0 and not ok else ""
+        return _check(
+            label,
+            f"max |Δ| ≤ {_fmt(comparison.max)}",
+            f"max |Δ| = {_fmt_against(worst, comparison.max)}{at}",
+            ok,
+            f"observed {_value_at(observed, worst_at)}, reference {_value_at(reference, worst_at)}" if at else None,
+        )
     if isinstance(comparison, AllCloseComparison):
-        excess = [abs(x - y) - (comparison.atol + comparison.rtol * abs(y)) for x, y in zip(a, b, strict=True)]
-        bad = [i for i, e in enumerate(excess) if e > 0 or math.isnan(e)]
         allowed = f"|Δ| ≤ {_fmt(comparison.atol)} + {_fmt(comparison.rtol)}·|reference|"
+        bad, worst_excess, worst_at, worst_diff = 0, -math.inf, -1, 0.0
+        for index, (x, y) in enumerate(pairs):
+            excess = abs(x - y) - (comparison.atol + comparison.rtol * abs(y))
+            if excess > 0 or math.isnan(excess):
+                bad += 1
+                rank = math.inf if math.isnan(excess) else excess
+                if rank > worst_excess:
+                    worst_excess, worst_at, worst_diff = rank, index, abs(x - y)
         if not bad:
             return _check(label, allowed, "every value within tolerance", True)
-        worst = max(bad, key=lambda i: excess[i] if not math.isnan(excess[i]) else math.inf)
         return _check(
             label,
             allowed,
-            f"{len(bad)} of {len(a)} values outside; worst |Δ| = {_fmt(abs(a[worst] - b[worst]))} at flat index {worst}",
+            f"{bad} of {observed.size} values outside; worst |Δ| = {_fmt(worst_diff)} at "
+            f"{where(worst_at, observed.shape, ids)} (flat index {worst_at})",
             False,
         )
     assert isinstance(comparison, CosineComparison)
-    similarities = cosine_rows(observed, reference)
-    worst_row = min(range(len(similarities)), key=lambda i: similarities[i] if not math.isnan(similarities[i]) else -2)
-    worst = similarities[worst_row]
-    where = f" (row {ids[worst_row]!r})" if ids and worst_row < len(ids) else f" (row {worst_row})"
+    worst_row, worst = 0, math.inf
+    for row, similarity in enumerate(cosine_rows(observed, reference)):
+        rank = -2.0 if math.isnan(similarity) else similarity
+        if rank < (-2.0 if math.isnan(worst) else worst):
+            worst_row, worst = row, similarity
+    if worst == math.inf:
+        worst = 1.0  # no rows: nothing differs
+    at = f" (row {ids[worst_row]!r})" if ids and worst_row < len(ids) else f" (row {worst_row})"
     ok = not math.isnan(worst) and worst >= comparison.min
-    return _check(label, f"cosine ≥ {_fmt(comparison.min)} for every row", f"min cosine = {_fmt(worst)}{where}", ok)
+    return _check(
+        label,
+        f"cosine ≥ {_fmt(comparison.min)} for every row",
+        f"min cosine = {_fmt_against(worst, comparison.min)}{at}",
+        ok,
+    )
+
+
+def _value_at(array: Array, flat: int) -> str:
+    """The value at a flat index, read by itself (O(row))."""
+    width = array.row_width if len(array.shape) >= 2 else 1
+    row, column = divmod(flat, width) if len(array.shape) >= 2 else (0, flat)
+    values = array.row(row)
+    return repr(values[column]) if column < len(values) else "?"
 
 
 def _read_ids(path: Path) -> list[str]:
@@ -106,21 +207,52 @@ def _read_ids(path: Path) -> list[str]:
     return [str(item) for item in value]
 
 
+def _limit_hint(field: str) -> str:
+    return f" (expect.limits.{field} in the dossier)"
+
+
+def read_output(folder: Path, output: OutputSpec, limits: LimitsSpec) -> tuple[Array, int]:
+    """The output as the host reads it: refused if it is a link or not a regular file, or over its limit."""
+    display = f"{folder.name}/{output.file}"
+    if output.format == "npy":
+        with open_output(folder, output.file, limits.output_mib * MIB, limit_hint=_limit_hint("output_mib")) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            fd = os.dup(handle.fileno())
+        try:
+            return npy_from_fd(fd, display), size
+        except ArrayFormatError as exc:
+            raise UnsafeOutput(display, f"is not a usable .npy file: {exc}") from None
+    with open_output(folder, output.file, limits.json_mib * MIB, limit_hint=_limit_hint("json_mib")) as handle:
+        data = handle.read(limits.json_mib * MIB + 1)
+    if len(data) > limits.json_mib * MIB:
+        raise UnsafeOutput(display, f"grew over the limit of {limits.json_mib} MiB while it was read")
+    return json_array(data, output.format, display), len(data)
+
+
+def _output_ids(folder: Path, file: str, limits: LimitsSpec) -> list[str]:
+    value = read_output_json(folder, file, limits.json_mib * MIB, limit_hint=_limit_hint("json_mib"))
+    if not isinstance(value, list):
+        raise UnsafeOutput(f"{folder.name}/{file}", "must hold a JSON list of identifiers")
+    return [str(item) for item in value]
+
+
 def output_checks(
     loaded: LoadedDossier, output: OutputSpec, folder: Path
 ) -> tuple[list[Check], Array | None, list[str] | None]:
     name = output.name
-    path = folder / output.file
+    limits = loaded.model.expect.limits
     checks: list[Check] = []
-    if not path.is_file():
+    try:
+        array, size = read_output(folder, output, limits)
+    except OutputMissing:
         checks.append(_check(f"{name}: written", f"{output.file} in the output folder", "missing", False))
         return checks, None, None
-    try:
-        array = read_array(path, output.format)
-    except (ArrayFormatError, ValueError, OSError) as exc:
-        checks.append(_check(f"{name}: readable", f"a {output.format} file", f"unreadable: {exc}", False))
+    except (UnsafeOutput, ArrayFormatError, OSError) as exc:
+        checks.append(
+            _check(f"{name}: readable", f"a regular {output.format} file (no link)", f"refused: {exc}", False)
+        )
         return checks, None, None
-    checks.append(_check(f"{name}: written", f"{output.file} ({output.format})", f"{path.stat().st_size} bytes", True))
+    checks.append(_check(f"{name}: written", f"{output.file} ({output.format})", f"{size} bytes", True))
     if output.shape is not None:
         expected = ["*" if d is None else d for d in output.shape]
         checks.append(
@@ -135,12 +267,16 @@ def output_checks(
         )
     ids: list[str] | None = None
     if output.ids is not None:
-        ids_path = folder / output.ids.file
         expected_ids = _read_ids(loaded.resolve(output.ids.expected))
-        if not ids_path.is_file():
+        try:
+            ids = _output_ids(folder, output.ids.file, limits)
+        except OutputMissing:
             checks.append(_check(f"{name}: identifiers", f"{output.ids.file} written", "missing", False))
+        except UnsafeOutput as exc:
+            checks.append(
+                _check(f"{name}: identifiers", f"{output.ids.file}: a JSON list of ids", f"refused: {exc}", False)
+            )
         else:
-            ids = _read_ids(ids_path)
             same = ids == expected_ids
             detail = None
             if not same:
@@ -178,21 +314,26 @@ def output_checks(
                 )
             )
         else:
-            checks.append(compare(name, array, read_reference(reference_path), output.compare, ids))
+            reference = read_reference(reference_path)
+            try:
+                checks.append(compare(name, array, reference, output.compare, ids))
+            finally:
+                reference.close()
     return checks, array, ids
 
 
 def nearest_neighbour_check(check: NearestNeighbourCheck, array: Array, ids: list[str], pairs_path: Path) -> Check:
+    """Each pair must be each other's nearest row. Rows are read one at a time: O(row) memory, O(n²) reads."""
     pairs = json.loads(pairs_path.read_text(encoding="utf-8"))
-    rows = [[float(x) for x in row] for row in array.rows]
-    norms = [math.sqrt(sum(x * x for x in row)) or 1.0 for row in rows]
+    norms = [math.sqrt(sum(float(x) ** 2 for x in row)) or 1.0 for row in array.rows()]
     index = {identifier: i for i, identifier in enumerate(ids)}
 
     def nearest(i: int) -> str:
+        target = [float(x) for x in array.row(i)]
         best, best_score = -1, -math.inf
-        for j in range(len(rows)):
+        for j, row in enumerate(array.rows()):
             if j != i:
-                score = sum(x * y for x, y in zip(rows[i], rows[j], strict=True)) / (norms[i] * norms[j])
+                score = sum(x * float(y) for x, y in zip(target, row, strict=True)) / (norms[i] * norms[j])
                 if score > best_score:
                     best, best_score = j, score
         return ids[best]
@@ -215,42 +356,53 @@ def nearest_neighbour_check(check: NearestNeighbourCheck, array: Array, ids: lis
 
 def label_equality_check(check: LabelEqualityCheck, array: Array, reference_path: Path) -> Check:
     reference = read_reference(reference_path)
-    pairs = list(zip(array.values, reference.values, strict=False))
-    equal = sum(1 for a, b in pairs if a == b)
-    total = max(len(array.values), len(reference.values))
+    try:
+        equal, first = 0, -1
+        for position, (a, b) in enumerate(zip(_values(array), _values(reference), strict=False)):
+            if a == b:
+                equal += 1
+            elif first < 0:
+                first = position
+        total = max(array.size, reference.size)
+        same_size = array.size == reference.size
+    finally:
+        reference.close()
     ratio = equal / total if total else 1.0
-    differing = [i for i, (a, b) in enumerate(pairs) if a != b]
     return _check(
         f"{check.output}: label equality",
         f"≥ {_fmt(check.min_agreement)} of {total} labels equal",
         f"{_fmt(ratio)} ({equal}/{total})",
-        ratio >= check.min_agreement and len(array.values) == len(reference.values),
-        f"first difference at position {differing[0]}" if differing else None,
+        ratio >= check.min_agreement and same_size,
+        f"first difference at position {first}" if first >= 0 else None,
     )
 
 
 def sample_checks(loaded: LoadedDossier, folder: Path) -> list[Check]:
     checks: list[Check] = []
     arrays: dict[str, tuple[Array, list[str] | None]] = {}
-    for output in loaded.model.expect.outputs:
-        output_result, array, ids = output_checks(loaded, output, folder)
-        checks += output_result
-        if array is not None:
-            arrays[output.name] = (array, ids)
-    for business in loaded.model.expect.business:
-        if business.output not in arrays:
-            checks.append(
-                _check(f"{business.output}: {business.kind}", "the output to be readable", "unreadable", False)
-            )
-            continue
-        array, ids = arrays[business.output]
-        if isinstance(business, NearestNeighbourCheck):
-            if ids is None:
+    with contextlib.ExitStack() as opened:
+        for output in loaded.model.expect.outputs:
+            output_result, array, ids = output_checks(loaded, output, folder)
+            checks += output_result
+            if array is not None:
+                opened.callback(array.close)
+                arrays[output.name] = (array, ids)
+        for business in loaded.model.expect.business:
+            if business.output not in arrays:
                 checks.append(
-                    _check(f"{business.output}: nearest_neighbour", "identifiers for the rows", "none declared", False)
+                    _check(f"{business.output}: {business.kind}", "the output to be readable", "unreadable", False)
                 )
+                continue
+            array, ids = arrays[business.output]
+            if isinstance(business, NearestNeighbourCheck):
+                if ids is None:
+                    checks.append(
+                        _check(
+                            f"{business.output}: nearest_neighbour", "identifiers for the rows", "none declared", False
+                        )
+                    )
+                else:
+                    checks.append(nearest_neighbour_check(business, array, ids, loaded.resolve(business.pairs)))
             else:
-                checks.append(nearest_neighbour_check(business, array, ids, loaded.resolve(business.pairs)))
-        else:
-            checks.append(label_equality_check(business, array, loaded.resolve(business.reference)))
+                checks.append(label_equality_check(business, array, loaded.resolve(business.reference)))
     return checks

@@ -333,6 +333,30 @@ class InputFile(StrictModel):
     sha256: Sha256
 
 
+class LimitsSpec(StrictModel):
+    """What the sample's container may use, and how much of what it writes the host will read."""
+
+    memory_mib: int = Field(
+        default=4096,
+        ge=64,
+        le=1_048_576,
+        description="Memory limit of the sample's container in MiB (swap included: it gets no swap beyond it).",
+    )
+    output_mib: int = Field(
+        default=1024,
+        ge=1,
+        le=65_536,
+        description="Largest .npy output the host reads, in MiB; it is streamed, so host memory stays O(row).",
+    )
+    json_mib: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Largest JSON/JSON Lines output or identifier file, in MiB; parsed in memory, which "
+        "takes about 10 times its size (measured: 640 MiB for a 64 MiB ids.json).",
+    )
+
+
 class ExpectSpec(StrictModel):
     command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
         min_length=1,
@@ -343,6 +367,7 @@ class ExpectSpec(StrictModel):
     timeout_s: int = Field(default=600, gt=0, le=86_400)
     outputs: list[OutputSpec] = Field(min_length=1)
     business: list[BusinessCheck] = Field(default_factory=list)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
     @model_validator(mode="after")
     def _names(self) -> ExpectSpec:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
+from orchestrator.untrusted import last_line
+
 #: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
 #: network namespace (reaches indexes on the host's loopback).
 Network = Literal["none", "default", "host"]
@@ -75,6 +77,8 @@ class RunSpec:
     devices: Sequence[str] = ()
     group_add: Sequence[str] = ()
     shm_size: str | None = None
+    #: Bytes of stdout (and of stderr) kept; the rest is cut from the middle, counted (untrusted.CappedStream).
+    max_log_bytes: int = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,28 @@ class RunOutcome:
     stderr: str
     timed_out: bool
     duration_s: float
+    #: The kernel killed the container at its memory limit (the engine's OOMKilled state).
+    oom_killed: bool = False
+    #: Bytes of stdout/stderr cut to keep them within RunSpec.max_log_bytes.
+    stdout_cut: int = 0
+    stderr_cut: int = 0
+
+
+def memory_words(limit: str) -> str:
+    """Docker's "4g" / "512m" as a reader says it."""
+    units = {"k": "KiB", "m": "MiB", "g": "GiB"}
+    number, unit = limit[:-1], limit[-1:].lower()
+    return f"{number} {units[unit]}" if unit in units and number.isdigit() else limit
+
+
+def describe_exit(outcome: RunOutcome, spec: RunSpec, raise_hint: str) -> str:
+    """Why a container stopped, in one line: killed at its memory limit (and how to raise it), or its last words."""
+    if outcome.oom_killed:
+        return (
+            f"the container was killed at its memory limit of {memory_words(spec.mem_limit)} "
+            f"(exit {outcome.exit_code}, out of memory); {raise_hint}"
+        )
+    return f"exited {outcome.exit_code}: {last_line(outcome.stderr) or 'no output'}"
 
 
 class Engine(Protocol):

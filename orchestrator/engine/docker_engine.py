@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,8 +36,12 @@ from orchestrator.engine import (
 from orchestrator.engine.labels import extra_labels_from_environment
 from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact
+from orchestrator.untrusted import CappedStream
 
+STEP_LINES_KEPT = 2000
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+#: Bytes of a build's log kept (head and tail): a pip install prints a few MB at most.
+BUILD_LOG_BYTES = 32 << 20
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
@@ -220,10 +225,13 @@ class DockerEngine:
         no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
-        log: list[str] = []
+        # A RUN step is code from the packages being installed: what it prints is kept within a bound.
+        log = CappedStream(BUILD_LOG_BYTES)
         image_id: str | None = None
         step: str | None = None
-        step_lines: list[str] = []  # the output of the step running now: its first error is read from it
+        # The output of the step running now, its first error read from it: the last lines only (a RUN
+        # step's output is the installed packages' code; pip and apt print their errors at the end).
+        step_lines: deque[str] = deque(maxlen=STEP_LINES_KEPT)
         error: str | None = None
         try:
             stream = self._client.api.build(
@@ -244,37 +252,45 @@ class DockerEngine:
                 if "stream" in chunk:
                     for raw in str(chunk["stream"]).splitlines():
                         line = redact(_ANSI.sub("", raw))
-                        log.append(line)
+                        log.feed(line.encode("utf-8", errors="replace") + b"\n")
                         if on_line is not None:
                             on_line(line)
                         match = _STEP.match(line)
                         if match:
-                            step, step_lines = match.group("instruction"), []
+                            step, step_lines = match.group("instruction"), deque(maxlen=STEP_LINES_KEPT)
                         else:
-                            step_lines.append(line)
+                            step_lines.append(line[:2000])
                 elif "error" in chunk:
                     error = explain_removed_image(redact(str(chunk["error"]).strip()))
-                    log.append(f"ERROR: {error}")
+                    log.feed(f"ERROR: {error}\n".encode())
                     if on_line is not None:
                         on_line(f"ERROR: {error}")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                     image_id = str(chunk["aux"]["ID"])
         except docker.errors.APIError as exc:
             error = explain_removed_image(redact(str(exc.explanation)))
-            log.append(f"ERROR: {error}")
+            log.feed(f"ERROR: {error}\n".encode())
         if error is not None:
             return BuildOutcome(
                 image_id=None,
-                log="\n".join(log) + "\n",
+                log=log.text(),
                 failed_step=step,
                 first_error=first_error(step_lines) or error,
             )
         if image_id is None:
             built = self.image(tag)
             image_id = built.id if built else None
-        return BuildOutcome(image_id=image_id, log="\n".join(log) + "\n")
+        return BuildOutcome(image_id=image_id, log=log.text())
 
     # -- containers --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
+        """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail)."""
+        kept = CappedStream(limit)
+        for chunk in container.logs(stdout=stdout, stderr=not stdout, stream=True, follow=False):
+            kept.feed(chunk)
+        return kept
 
     def run(self, spec: RunSpec) -> RunOutcome:
         volumes = {
@@ -301,6 +317,8 @@ class DockerEngine:
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 mem_limit=spec.mem_limit,
+                # Memory + swap = the memory limit: no swap at all. Docker's default gives as much swap again.
+                memswap_limit=spec.mem_limit,
                 pids_limit=spec.pids_limit,
                 device_requests=device_requests or None,
                 devices=[f"{node}:{node}:rwm" for node in spec.devices] or None,
@@ -317,14 +335,19 @@ class DockerEngine:
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 timed_out, exit_code = True, None
                 container.kill()
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", errors="replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", errors="replace")
+            stdout = self._capped_logs(container, spec.max_log_bytes, stdout=True)
+            stderr = self._capped_logs(container, spec.max_log_bytes, stdout=False)
+            container.reload()
+            oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
             return RunOutcome(
                 exit_code=exit_code,
-                stdout=stdout,
-                stderr=stderr,
+                stdout=stdout.text(),
+                stderr=stderr.text(),
                 timed_out=timed_out,
                 duration_s=time.monotonic() - started,
+                oom_killed=oom_killed,
+                stdout_cut=stdout.cut,
+                stderr_cut=stderr.cut,
             )
         except docker.errors.ImageNotFound:
             raise EnvironmentFailure(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None

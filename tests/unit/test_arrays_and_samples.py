@@ -30,7 +30,7 @@ def _npy(path: Path, values: list[float], shape: tuple[int, ...], descr: str = "
 def test_reads_the_committed_reference_embeddings() -> None:
     array = read_npy(TINY / "reference" / "embeddings.npy")
     assert array.dtype == "float32" and array.shape == (12, 16)
-    assert all(abs(math.sqrt(sum(float(x) ** 2 for x in row)) - 1) < 1e-5 for row in array.rows), "unit rows"
+    assert all(abs(math.sqrt(sum(float(x) ** 2 for x in row)) - 1) < 1e-5 for row in array.rows()), "unit rows"
 
 
 @pytest.mark.parametrize("descr", ["<f4", "<f8", ">f4", "<i8", "|b1"])
@@ -38,13 +38,13 @@ def test_npy_dtypes_and_byte_orders(tmp_path: Path, descr: str) -> None:
     values: list[float] = [1, 0, 1, 1, 0, 1] if descr in ("|b1", "<i8") else [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     array = read_npy(_npy(tmp_path / "a.npy", values, (2, 3), descr))
     assert array.shape == (2, 3)
-    assert [float(v) for v in array.values] == [float(v) for v in values]
+    assert [float(v) for v in array.to_list()] == [float(v) for v in values]
 
 
 def test_fortran_order_is_read_row_major(tmp_path: Path) -> None:
     # [[1, 2, 3], [4, 5, 6]] stored column by column
     array = read_npy(_npy(tmp_path / "f.npy", [1.0, 4.0, 2.0, 5.0, 3.0, 6.0], (2, 3), fortran=True))
-    assert array.rows == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert list(array.rows()) == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 
 
 def test_bad_npy_files_are_named(tmp_path: Path) -> None:
@@ -72,7 +72,8 @@ def test_comparisons_report_observed_and_allowed() -> None:
     )
     max_abs = MaxAbsComparison(metric="max_abs", max=0.01, reference="r.npy", justification=why)
     assert compare("e", close, reference, max_abs).passed
-    assert compare("e", far, reference, max_abs).observed == "max |Δ| = 1"
+    worst = compare("e", far, reference, max_abs)
+    assert worst.observed == "max |Δ| = 1 at row 0, column 0" and worst.detail == "observed 0.0, reference 1.0"
     allclose = AllCloseComparison(metric="allclose", rtol=0.0, atol=1e-4, reference="r.npy", justification=why)
     result = compare("e", close, reference, allclose)
     assert not result.passed and "1 of 4 values outside" in result.observed
@@ -92,7 +93,7 @@ def test_sample_checks_on_the_reference_itself_pass(tmp_path: Path) -> None:
     loaded = load_dossier(TINY / "dossier.yaml")
     reference = read_npy(TINY / "reference" / "embeddings.npy")
     ids = json.loads((TINY / "sample" / "ids.json").read_text())
-    _write_outputs(tmp_path, [float(v) for v in reference.values], ids)
+    _write_outputs(tmp_path, [float(v) for v in reference.to_list()], ids)
     checks = sample_checks(loaded, tmp_path)
     assert [c.name for c in checks] == [
         "embeddings: written",
@@ -108,7 +109,7 @@ def test_sample_checks_on_the_reference_itself_pass(tmp_path: Path) -> None:
 
 def test_nan_ids_and_perturbation_each_fail_by_name(tmp_path: Path) -> None:
     loaded = load_dossier(TINY / "dossier.yaml")
-    reference = [float(v) for v in read_npy(TINY / "reference" / "embeddings.npy").values]
+    reference = [float(v) for v in read_npy(TINY / "reference" / "embeddings.npy").to_list()]
     ids = json.loads((TINY / "sample" / "ids.json").read_text())
     perturbed = list(reference)
     perturbed[16:32] = [-v for v in reference[16:32]]  # row s02 flipped: cosine -1

@@ -153,7 +153,7 @@ def test_probability_beyond_the_tolerance_fails_allclose_and_within_it_passes(tm
 
     def with_shift(name: str, index: int, delta: float) -> list[Check]:
         folder = _outputs(CATEGORIES, CATEGORY_OUTPUTS, tmp_path / name)
-        values = [float(v) for v in reference.values]
+        values = [float(v) for v in reference.to_list()]
         values[index] += delta
         _npy(folder / "probabilities.npy", values, reference.shape)
         return _run(CATEGORIES, folder)
@@ -165,7 +165,7 @@ def test_probability_beyond_the_tolerance_fails_allclose_and_within_it_passes(tm
     assert check.expected == allowed
     # float32 storage: the shift reads back as 9.99998e-05.
     assert check.observed.startswith("1 of 128 values outside; worst |Δ| = 9.9999")
-    assert check.observed.endswith("at flat index 30")
+    assert check.observed.endswith("at row 7 ('c08'), column 2 (flat index 30)"), "row, id and column named"
 
     # 5e-7, far more than the 7.5e-9 measured between CPU kernels, is still inside the tolerance.
     assert not _failed(with_shift("near", 4 * 7 + 2, 5e-7))

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda', variant 'cpu'.
-# Dossier identity: a97cf1459be7d44efdcb6633e8f887d747555842015e59d25703891ea783be9d
+# Dossier identity: 45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="a97cf1459be7d44efdcb6633e8f887d747555842015e59d25703891ea783be9d" \
+      io.orch.dossier.identity="45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

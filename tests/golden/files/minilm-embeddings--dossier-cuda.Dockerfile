@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda'.
-# Dossier identity: 324a139310342c6bc21d29dcb5757a7b2c4da52239a831922d92fe9a05188ea7
+# Dossier identity: be8ef5ae377a6e04cf35908d1a3d99ed4b5b6442f49491772dc99c4fd03636ca
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -47,7 +47,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="324a139310342c6bc21d29dcb5757a7b2c4da52239a831922d92fe9a05188ea7" \
+      io.orch.dossier.identity="be8ef5ae377a6e04cf35908d1a3d99ed4b5b6442f49491772dc99c4fd03636ca" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.platform="cuda" \

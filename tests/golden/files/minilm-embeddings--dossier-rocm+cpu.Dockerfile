@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm', variant 'cpu'.
-# Dossier identity: 8fc525fcaee2cb757ee1aebb94591f9a423eafb7cef107e62adc0fef43b296a9
+# Dossier identity: e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="8fc525fcaee2cb757ee1aebb94591f9a423eafb7cef107e62adc0fef43b296a9" \
+      io.orch.dossier.identity="e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

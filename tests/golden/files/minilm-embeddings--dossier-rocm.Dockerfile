@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm'.
-# Dossier identity: 106e9a7a57ef979afe636232e1634dd46f56b4044c4905322bf5ab897cccb8d0
+# Dossier identity: 9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="6.2.4" \
-      io.orch.dossier.identity="106e9a7a57ef979afe636232e1634dd46f56b4044c4905322bf5ab897cccb8d0" \
+      io.orch.dossier.identity="9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="online" \
       io.orch.platform="rocm" \

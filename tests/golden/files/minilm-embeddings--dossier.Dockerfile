@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings'.
-# Dossier identity: 17e11d965679768200b7dac3dd09a30f6c2ab0d3b17f04d5a6b0d87ccdfa9c80
+# Dossier identity: e503b6c02676f4c414f52bd15726a81a2af6d9257e8a9a158b61aa10ee163a42
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="17e11d965679768200b7dac3dd09a30f6c2ab0d3b17f04d5a6b0d87ccdfa9c80" \
+      io.orch.dossier.identity="e503b6c02676f4c414f52bd15726a81a2af6d9257e8a9a158b61aa10ee163a42" \
       io.orch.dossier.name="minilm-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'resume-training'.
-# Dossier identity: 320ddad5fb13bbfb2262818d0856cf4ecb3bc68b6de3b1a953132f05bee53d3d
+# Dossier identity: e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="320ddad5fb13bbfb2262818d0856cf4ecb3bc68b6de3b1a953132f05bee53d3d" \
+      io.orch.dossier.identity="e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f" \
       io.orch.dossier.name="resume-training" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'same-categories'.
-# Dossier identity: 5ae5d5b9b9869eefcf4c96c12bac9e893c9e8f10302103c7299e4ba73da4b273
+# Dossier identity: f6d00c37512bdec7e670a74232f13aae0663996c921b03b6239fc70b921c4d94
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="5ae5d5b9b9869eefcf4c96c12bac9e893c9e8f10302103c7299e4ba73da4b273" \
+      io.orch.dossier.identity="f6d00c37512bdec7e670a74232f13aae0663996c921b03b6239fc70b921c4d94" \
       io.orch.dossier.name="same-categories" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

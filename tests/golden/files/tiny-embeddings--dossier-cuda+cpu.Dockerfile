@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'cpu'.
-# Dossier identity: 0abce8f58e2356f0f552e71a0759257427958d4d3dba417843c33fcef03b97f7
+# Dossier identity: fae7e83812114c668f1b44808289b48a08d58885edbcbf3a3fb968cabf580707
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="0abce8f58e2356f0f552e71a0759257427958d4d3dba417843c33fcef03b97f7" \
+      io.orch.dossier.identity="fae7e83812114c668f1b44808289b48a08d58885edbcbf3a3fb968cabf580707" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda', variant 'local-cuda13'.
-# Dossier identity: bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716
+# Dossier identity: 3cdeb9ef01926c8e791c3c1f40dba853fdc6ac036c495cc310bf242203405d50
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -37,7 +37,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="13.0" \
-      io.orch.dossier.identity="bef9cf839ab4c157a9ebd22d7cc3cc39612b7cb93d4b467a5b7b6e97ef44e716" \
+      io.orch.dossier.identity="3cdeb9ef01926c8e791c3c1f40dba853fdc6ac036c495cc310bf242203405d50" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cuda" \

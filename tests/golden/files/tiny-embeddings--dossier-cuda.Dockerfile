@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-cuda'.
-# Dossier identity: 6ff102b7da25557c68206d262a45a2fc40cc3cdf427d5a1656a1429235bb13f8
+# Dossier identity: ed18d1dbdf02330b0823555dc7614ca0faa2e6b876ac0faa248698dac5d8874c
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -47,7 +47,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="6ff102b7da25557c68206d262a45a2fc40cc3cdf427d5a1656a1429235bb13f8" \
+      io.orch.dossier.identity="ed18d1dbdf02330b0823555dc7614ca0faa2e6b876ac0faa248698dac5d8874c" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.platform="cuda" \

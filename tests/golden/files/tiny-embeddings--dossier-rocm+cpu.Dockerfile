@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-rocm', variant 'cpu'.
-# Dossier identity: fc2ab51a4b1a1e17d4822923eefced1764ab8075edf2b072fe1dbd033c1c8d15
+# Dossier identity: 867a850fbaa02b54d4f8664bcf73a11d71ce3e22401f224fe14ab4523ea56d8b
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="fc2ab51a4b1a1e17d4822923eefced1764ab8075edf2b072fe1dbd033c1c8d15" \
+      io.orch.dossier.identity="867a850fbaa02b54d4f8664bcf73a11d71ce3e22401f224fe14ab4523ea56d8b" \
       io.orch.dossier.name="tiny-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings-rocm'.
-# Dossier identity: f72d4c34ef99200d6e2b4a5c418164904fac5eac1a8eecd6715aef26df8c5d3e
+# Dossier identity: 70e4947b091bb3ca766700026591853ecfd6dd88cb9fa89404893c133675a123
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="6.2" \
-      io.orch.dossier.identity="f72d4c34ef99200d6e2b4a5c418164904fac5eac1a8eecd6715aef26df8c5d3e" \
+      io.orch.dossier.identity="70e4947b091bb3ca766700026591853ecfd6dd88cb9fa89404893c133675a123" \
       io.orch.dossier.name="tiny-embeddings-rocm" \
       io.orch.install.mode="online" \
       io.orch.platform="rocm" \

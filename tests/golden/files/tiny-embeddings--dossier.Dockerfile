@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings'.
-# Dossier identity: 85217ba7e46d9a651e2a93c30e48b4b5018168b4bd5f00df6b70b28e4d22c06c
+# Dossier identity: 2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -34,7 +34,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="85217ba7e46d9a651e2a93c30e48b4b5018168b4bd5f00df6b70b28e4d22c06c" \
+      io.orch.dossier.identity="2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676" \
       io.orch.dossier.name="tiny-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \
