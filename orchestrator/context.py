@@ -84,7 +84,7 @@ def write_context(
                 staging / "wheels",
                 indexes=loaded.model.python.indexes,
                 use_pypi=loaded.model.python.use_pypi,
-                find_links=loaded.model.python.find_links,
+                find_links=loaded.find_links(),
                 cache=cache,
                 lock_file=loaded.model.python.requirements,
             )

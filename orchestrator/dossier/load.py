@@ -83,6 +83,13 @@ class LoadedDossier:
         """The code folder's regular files, walked by the rule: what the build context receives."""
         return list(walk_tree(self.code_dir, self.root, Where(str(self.path), "code.source")))
 
+    def find_links(self) -> list[str]:
+        """The effective find-links for the host's pip: URLs as written, folders located by the rule."""
+        return [
+            str(self.resolve(link, kind="folder")) if is_local_link(link) else link
+            for link in self.model.python.find_links
+        ]
+
     @property
     def short_identity(self) -> str:
         return self.identity[:12]
@@ -249,6 +256,28 @@ def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, p
     return image
 
 
+def is_local_link(link: str) -> bool:
+    return not link.startswith(("http://", "https://"))
+
+
+def _local_find_links(model: Dossier) -> list[tuple[str, str]]:
+    """(field, path) of every host folder the dossier names as find-links, variants' included.
+
+    They fall under the folder rule like every other path: the host's `pip download` reads them, and a
+    wheel found there enters the image whenever the (dossier-controlled) lock holds its hash, so a
+    dossier naming `/srv/private-wheels` could carry a private wheel out. A site-wide wheel folder is
+    the operator's to give, through the host's pip configuration (PIP_FIND_LINKS, pip.conf), which
+    `pip download` reads as usual.
+    """
+    found = [(f"python.find_links[{i}]", link) for i, link in enumerate(model.python.find_links)]
+    for v, variant in enumerate(model.variants):
+        if variant.python is not None:
+            found += [
+                (f"variants[{v}].python.find_links[{i}]", link) for i, link in enumerate(variant.python.find_links)
+            ]
+    return [(field_name, link) for field_name, link in found if is_local_link(link)]
+
+
 def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
     lock_path = root / model.python.requirements
     real = locate(root, model.python.requirements, "file", Where(file, field))
@@ -354,6 +383,14 @@ def load_dossier(
         target = locate(root, relative, "folder" if is_dir else "file", where, links)
         tree = list(walk_tree(target, root, where, links)) if is_dir else None
         located.append((field_name, relative, target, tree))
+    for field_name, relative in _local_find_links(reference):
+        where = Where(file, field_name, doc.line_of(_field_path(field_name)))
+        if relative.startswith("file:"):
+            raise where.error(
+                f"find-links {relative!r} names a host folder by URL; give a folder relative to the dossier's "
+                "folder (a site-wide wheel folder belongs in the host's pip configuration, PIP_FIND_LINKS)"
+            )
+        locate(root, relative, "folder", where, links)
     fingerprints = declared_fingerprints(reference) if check_fingerprints else {}
     if on_total is not None:
         on_total(_total_bytes(located))
