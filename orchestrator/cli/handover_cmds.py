@@ -63,17 +63,25 @@ def verify(folder: Path, out: Path | None) -> None:
 
     from orchestrator.console import make_console
     from orchestrator.engine import connect
-    from orchestrator.errors import VerdictFailed
-    from orchestrator.verify import check_sums, verify_handover
+    from orchestrator.errors import BadInput, VerdictFailed
+    from orchestrator.verify import check_handover, verify_handover
 
     folder = folder.resolve()
-    target = out or folder.with_name(folder.name + ".verify")
-    check_sums(folder)  # before anything needs an engine: a damaged folder is a verdict on its own
+    target = (out or folder.with_name(folder.name + ".verify")).resolve()
+    if target == folder or target.is_relative_to(folder):
+        raise BadInput(
+            f"--out {target} is inside the hand-over folder; write the replay elsewhere (an added file fails verify)"
+        )
     console = make_console()
+    # Before anything needs an engine: a damaged or tampered folder is a verdict on its own.
+    with console.status("verify: checking the folder"):
+        checked = check_handover(folder)
     engine = connect()
     try:
         with console.status("verifying") as status:
-            result = verify_handover(folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"))
+            result = verify_handover(
+                folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"), checked=checked
+            )
     finally:
         engine.close()
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
