@@ -55,10 +55,10 @@ def handover(dossier: Path, out: Path, source: Path | None, variant: str | None)
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Where the replayed report goes (default: FOLDER.verify).",
+    help="Where the replayed report goes, outside FOLDER (default: FOLDER.verify).",
 )
 def verify(folder: Path, out: Path | None) -> None:
-    """Replay a hand-over folder: checksums, load the image, confirm its id, probe again, compare with the shipped report."""
+    """Replay a hand-over folder: check its files and image tarball, load the image untagged, probe again, compare."""
     from rich.table import Table
 
     from orchestrator.console import make_console
