@@ -94,3 +94,26 @@ def image_tarball(
         _add(tar, "repositories", json.dumps(repositories).encode())
     dest.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
     return "sha256:" + digest
+
+
+def retag_tarball(source: Path, dest: Path, tags: list[str]) -> None:
+    """A copy of a docker-save tarball (gzip) whose manifest.json and repositories name `tags` instead."""
+    with (
+        tarfile.open(source, mode="r|gz") as original,
+        gzip.open(dest, "wb", compresslevel=1) as packed,
+        tarfile.open(fileobj=packed, mode="w|") as copy,
+    ):
+        for member in original:
+            if member.name in ("manifest.json", "repositories"):
+                document = json.loads(original.extractfile(member).read())  # type: ignore[union-attr]
+                if member.name == "manifest.json":
+                    document[0]["RepoTags"] = tags
+                else:
+                    digest = next(iter(next(iter(document.values())).values()))
+                    document = {t.rsplit(":", 1)[0]: {t.rsplit(":", 1)[1]: digest} for t in tags}
+                data = json.dumps(document).encode()
+                info = tarfile.TarInfo(member.name)
+                info.size, info.mode, info.mtime = len(data), 0o644, member.mtime
+                copy.addfile(info, io.BytesIO(data))
+            else:
+                copy.addfile(member, original.extractfile(member) if member.isfile() else None)
