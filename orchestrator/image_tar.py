@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import posixpath
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -50,10 +51,21 @@ class _Damaged(Exception):
     """A problem found while reading; turned into HandoverDamaged with the file's name."""
 
 
+def _leaves(path: str) -> bool:
+    return path.startswith("/") or "\0" in path or posixpath.normpath(path).split("/")[0] == ".."
+
+
 def _member_name(member: tarfile.TarInfo) -> str:
+    """The member's name, once it and any link target stay inside the tar (docker save links only shared layers)."""
     name = member.name
-    if name.startswith("/") or ".." in name.split("/") or "\0" in name:
+    if _leaves(name):
         raise _Damaged(f"member {name[:120]!r} is not a relative path inside the tar")
+    if member.issym() and _leaves(posixpath.join(posixpath.dirname(name), member.linkname)):
+        raise _Damaged(f"member {name[:120]!r} links to {member.linkname[:120]!r}, outside the tar")
+    if member.islnk() and _leaves(member.linkname):
+        raise _Damaged(f"member {name[:120]!r} links to {member.linkname[:120]!r}, outside the tar")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise _Damaged(f"member {name[:120]!r} is a device, FIFO or other special file")
     return name.removeprefix("./")
 
 
@@ -98,11 +110,16 @@ def inspect_image_tar(path: Path, *, image_id: str, tag: str, identity: str) -> 
     digests: dict[str, str] = {}
     config_raw: bytes | None = None  # the one member whose digest is the expected image id
     count = 0
+    seen: set[str] = set()
     try:
         with _open_stream(path) as tar:
             for member in tar:
                 count += 1
                 name = _member_name(member)
+                if name.rstrip("/") in seen:
+                    # docker load would take the last copy; a reader of the first would be misled.
+                    raise _Damaged(f"member {name[:120]!r} appears twice")
+                seen.add(name.rstrip("/"))
                 if not member.isfile():
                     continue
                 if name == "manifest.json":

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import builtins
 import gzip
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tarfile
 from collections.abc import Callable, Iterator
@@ -381,3 +383,59 @@ def test_the_load_stream_names_no_tag_and_keeps_every_other_byte(tmp_path: Path)
                 kept = rewritten.extractfile(name).read()  # type: ignore[union-attr]
                 assert kept == original.extractfile(name).read()  # type: ignore[union-attr]
         assert sorted(names) == sorted(n for n in original.getnames() if n != "repositories")
+
+
+def _tar_with_member(dest: Path, member: tarfile.TarInfo, identity: str) -> str:
+    """A docker-save-shaped tarball with one extra member before manifest.json; its image id."""
+    config = image_config(identity)
+    digest = hashlib.sha256(config).hexdigest()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in ((f"{digest}.json", config),):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        tar.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+        manifest = json.dumps([{"Config": f"{digest}.json", "RepoTags": ["t:1"], "Layers": []}]).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    dest.write_bytes(gzip.compress(raw.getvalue()))
+    return "sha256:" + digest
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int = 0) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, size
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        (_member("l", tarfile.SYMTYPE, "/etc/passwd"), "links to '/etc/passwd', outside the tar"),
+        (_member("a/l", tarfile.SYMTYPE, "../../etc/passwd"), "outside the tar"),
+        (_member("h", tarfile.LNKTYPE, "/etc/passwd"), "outside the tar"),
+        (_member("dev", tarfile.CHRTYPE), "is a device, FIFO or other special file"),
+        (_member("manifest.json", size=2), "appears twice"),
+    ],
+    ids=["symlink-absolute", "symlink-escaping", "hardlink-absolute", "device", "duplicate"],
+)
+def test_a_tarball_member_that_links_out_or_repeats_is_refused(
+    tmp_path: Path, member: tarfile.TarInfo, expected: str
+) -> None:
+    image_id = _tar_with_member(tmp_path / "i.tar.gz", member, "a" * 64)
+    with pytest.raises(HandoverDamaged, match=re.escape(expected)):
+        inspect_image_tar(tmp_path / "i.tar.gz", image_id=image_id, tag="t:1", identity="a" * 64)
+
+
+def test_a_link_between_layers_inside_the_tar_is_kept(tmp_path: Path) -> None:
+    """Legacy docker save links a shared layer to its first copy: `b/layer.tar -> ../a/layer.tar`."""
+    image_id = _tar_with_member(
+        tmp_path / "i.tar.gz", _member("b/layer.tar", tarfile.SYMTYPE, "../a/layer.tar"), "a" * 64
+    )
+    facts = inspect_image_tar(tmp_path / "i.tar.gz", image_id=image_id, tag="t:1", identity="a" * 64)
+    assert facts.image_id == image_id
+    stream = b"".join(untagged_stream(tmp_path / "i.tar.gz"))
+    with tarfile.open(fileobj=io.BytesIO(stream)) as rewritten:
+        assert rewritten.getmember("b/layer.tar").linkname == "../a/layer.tar"
