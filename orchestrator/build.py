@@ -40,7 +40,7 @@ from orchestrator.errors import BadInput, EnvironmentFailure
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.image_checks import image_checks
 from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan import LABEL_PREFIX, BuildPlan, make_plan, with_labels
+from orchestrator.plan import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
 
@@ -177,8 +177,11 @@ def run_build(
         dirty_diff_sha256=state.diff_sha256,
         variant=state.variant,
     )
-    plan = with_labels(
-        make_plan(loaded, ca_bundle=options.ca_bundle is not None), _build_labels(engine, loaded, tag, code, base)
+    plan = with_stage_labels(
+        with_labels(
+            make_plan(loaded, ca_bundle=options.ca_bundle is not None), _build_labels(engine, loaded, tag, code, base)
+        ),
+        engine.labels,
     )
     rendered = write_context(
         loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state

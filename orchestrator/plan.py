@@ -40,6 +40,14 @@ class BuildPlan:
     uid: int
     #: Sorted (key, value) pairs; rendered last so a label change does not bust earlier layers.
     labels: tuple[tuple[str, str], ...]
+    #: Labels that open every stage (`ORCH_LABELS`, engine/labels.py), so that every layer a build
+    #: creates, failed builds' included, can be found by its owner. Empty for `orch render`.
+    stage_labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def builder_labels(self) -> tuple[tuple[str, str], ...]:
+        """The builder stage's opening labels: it is a temporary image, marked so it can be found."""
+        return tuple(sorted({f"{LABEL_PREFIX}.stage": "builder", **dict(self.stage_labels)}.items()))
 
     @property
     def template(self) -> str:
@@ -125,3 +133,8 @@ def with_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
     rather than the one step per label that the engine's build-label option would add.
     """
     return replace(plan, labels=tuple(sorted({**dict(plan.labels), **extra}.items())))
+
+
+def with_stage_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
+    """The plan with `extra` opening each stage (and so inherited by every layer the build creates)."""
+    return replace(plan, stage_labels=tuple(sorted(extra.items())))

@@ -87,6 +87,10 @@ class RunOutcome:
 
 
 class Engine(Protocol):
+    #: Labels put on every container and built layer (`ORCH_LABELS`, see engine/labels.py).
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
     def info(self) -> EngineInfo: ...
 
     def image(self, ref: str) -> ImageInfo | None: ...

@@ -31,6 +31,7 @@ from orchestrator.engine import (
     RunOutcome,
     RunSpec,
 )
+from orchestrator.engine.labels import extra_labels_from_environment
 from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact
 
@@ -71,13 +72,19 @@ def current_context_endpoint() -> tuple[str | None, Any]:
 
 
 class DockerEngine:
-    def __init__(self, client: docker.DockerClient, endpoint: str) -> None:
+    def __init__(self, client: docker.DockerClient, endpoint: str, labels: Mapping[str, str] | None = None) -> None:
         self._client = client
         self._endpoint = endpoint
+        self._labels = dict(labels or {})
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self._labels
 
     @classmethod
     def connect(cls, base_url: str | None = None) -> DockerEngine:
         tls: Any = None
+        labels = extra_labels_from_environment(os.environ)  # bad input fails before any connection
         if base_url is None and not os.environ.get("DOCKER_HOST"):
             base_url, tls = current_context_endpoint()
         endpoint = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
@@ -95,7 +102,7 @@ class DockerEngine:
             raise EngineUnavailable(
                 f"no Docker engine answers at {redact(endpoint)}: {redact(str(exc).splitlines()[0])}", hint=hint
             ) from None
-        return cls(client, endpoint)
+        return cls(client, endpoint, labels)
 
     def close(self) -> None:
         self._client.close()
@@ -299,7 +306,7 @@ class DockerEngine:
                 network_mode="bridge" if spec.network else "none",
                 user=spec.user,
                 working_dir=spec.working_dir,
-                labels={MANAGED_LABEL: "true", **spec.labels},
+                labels={**self._labels, **spec.labels, MANAGED_LABEL: "true"},
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 mem_limit=spec.mem_limit,

@@ -14,14 +14,16 @@ from collections.abc import Callable, Iterator
 import docker
 import pytest
 
-from orchestrator.base_image import LABEL as BASE_LABEL
 from orchestrator.base_image import BaseOutcome, BaseRecipe, ensure_base_image
 from orchestrator.build import BuildOptions, run_build
 from orchestrator.build_record import BuildRecord
 from orchestrator.dossier.load import load_dossier
-from orchestrator.engine import MANAGED_LABEL, Engine, connect
+from orchestrator.engine import Engine, connect
+from orchestrator.engine.labels import ENV_VAR
 from orchestrator.errors import EngineUnavailable
-from orchestrator.plan import LABEL_PREFIX
+from tests.integration.foreign import ForeignObjects, make_foreign_objects
+from tests.integration.helpers import SESSION_FILTER, session_containers
+from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images
 from tests.paths import EXAMPLES
 
 
@@ -36,7 +38,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 #: test, which checks for its own 27.3 GiB (`needs_free_space`). Images are removed as their test ends,
 #: hand-over copies are hard links, and a passed test's tmp_path is deleted (tmp_path_retention_policy).
 NEEDED_FREE_GIB = 10
-IDENTITY_LABEL = f"{LABEL_PREFIX}.dossier.identity"
 
 
 def _free_gib(path: str) -> float:
@@ -72,33 +73,24 @@ def _docker_root(client: docker.DockerClient) -> str:
     return str(client.info().get("DockerRootDir", "/var/lib/docker"))
 
 
-def _image_ids(client: docker.DockerClient) -> set[str]:
-    """Top-level images: tagged ones and dangling ones (the tip of a finished multi-stage builder)."""
-    return {str(image.id) for image in client.images.list()}
-
-
-def _remove_images_made_since(client: docker.DockerClient, before: set[str]) -> None:
-    """Remove the images made since `before` (never the base image, never what was there before).
+def _removable_made_since(client: docker.DockerClient, before: set[str]) -> None:
+    """Remove this session's images made since `before`; never the base image, never anyone else's.
 
     Every integration build makes new layers of torch's size (a builder stage with the wheels and an
     installed venv, then the final stage's copy): about 2 GB each, 15 GB for the CUDA 13 build. Left
     until the session's end they peaked at 33 GB over a full run on a disk shared with other machines,
-    so they go when the test (or module, for a module's fixture) that made them ends. Removing an image
-    also removes its untagged parents that nothing else uses; dangling builder tips are top-level
-    images, so they go too. An image still in use is left for the session's final sweep.
+    so they go when the test (or module, for a module's fixture) that made them ends. Only images with
+    this session's label are considered (housekeeping.py), so another user's images and builds survive.
     """
-    for image in client.images.list():
-        labels = image.labels or {}
-        if str(image.id) in before or (BASE_LABEL in labels and IDENTITY_LABEL not in labels):
-            continue
-        try:
-            client.images.remove(str(image.id), force=True)
-        except docker.errors.APIError:
-            continue
+    remove_session_images(client, keep=before)
 
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
+    # Before anything connects: every container and build layer of this session (orch subprocesses
+    # included, they inherit the environment) carries the session label; see helpers.py.
+    existing = os.environ.get(ENV_VAR, "")
+    os.environ[ENV_VAR] = ",".join(filter(None, [existing, SESSION_FILTER]))
     try:
         connected = connect()
     except EngineUnavailable as exc:
@@ -111,14 +103,34 @@ def engine() -> Iterator[Engine]:
 
 @pytest.fixture(scope="session")
 def docker_client(engine: Engine) -> Iterator[docker.DockerClient]:
-    """A raw SDK client for the suite's own housekeeping; checks free space first, sweeps images last."""
+    """A raw SDK client for the suite's own housekeeping; checks free space first."""
     client = docker.from_env()
     _check_free_space(_docker_root(client))
-    before = _image_ids(client)
     yield client
-    _remove_images_made_since(client, before)
-    client.images.prune(filters={"dangling": True})
     client.close()
+
+
+@pytest.fixture(scope="session")
+def foreign_objects(docker_client: docker.DockerClient, base_image: BaseOutcome) -> Iterator[ForeignObjects]:
+    """Another user's images and containers on the same engine, present for the whole session.
+
+    At the end, after the session's own sweep, they must all still be there: the suite touched only
+    what it made. Then they are removed by id (they are the suite's stand-ins, made here).
+    """
+    foreign = make_foreign_objects(docker_client, base_image.ref)
+    yield foreign
+    missing = foreign.missing(docker_client)
+    foreign.remove(docker_client)
+    assert not missing, f"the test suite removed or stopped another user's objects: {missing}"
+
+
+@pytest.fixture(scope="session")
+def _session_sweep(docker_client: docker.DockerClient, foreign_objects: ForeignObjects) -> Iterator[None]:
+    """At the session's end: remove every container and image this session made, and only those."""
+    yield
+    remove_session_containers(docker_client)
+    left = remove_session_images(docker_client)
+    assert not left, f"the session could not remove its own images: {sorted(left)}"
 
 
 @pytest.fixture
@@ -140,7 +152,7 @@ def needs_free_space(docker_client: docker.DockerClient) -> Callable[[float], No
 
 @pytest.fixture(scope="session", autouse=True)
 def _warm_tiny_layers(
-    docker_client: docker.DockerClient,
+    _session_sweep: None,
     engine: Engine,
     base_image: BaseOutcome,
     tmp_path_factory: pytest.TempPathFactory,
@@ -150,8 +162,7 @@ def _warm_tiny_layers(
     Most integration tests build a changed copy of that example: same base, same lock, same wheels,
     so they reuse its OS and torch layers instead of installing torch again. Without this image the
     per-test and per-module removal below would make each of them a cold build (the suite took
-    21 minutes instead of about 11). It asks for `docker_client` so that the session's image snapshot
-    is taken before it: the final sweep removes it.
+    21 minutes instead of about 11). The session's final sweep removes it.
     """
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
     record = run_build(loaded, engine, BuildOptions(out=tmp_path_factory.mktemp("warm-tiny")))
@@ -161,16 +172,16 @@ def _warm_tiny_layers(
 
 @pytest.fixture(scope="module", autouse=True)
 def _module_images_removed(docker_client: docker.DockerClient) -> Iterator[None]:
-    before = _image_ids(docker_client)
+    before = session_images(docker_client)
     yield
-    _remove_images_made_since(docker_client, before)
+    _removable_made_since(docker_client, before)
 
 
 @pytest.fixture(autouse=True)
 def _test_images_removed(docker_client: docker.DockerClient) -> Iterator[None]:
-    before = _image_ids(docker_client)
+    before = session_images(docker_client)
     yield
-    _remove_images_made_since(docker_client, before)
+    _removable_made_since(docker_client, before)
 
 
 @pytest.fixture(scope="session")
@@ -181,6 +192,6 @@ def base_image(engine: Engine) -> BaseOutcome:
 
 @pytest.fixture
 def no_leftover_containers(engine: Engine) -> Iterator[None]:
-    before = set(engine.containers(MANAGED_LABEL))
+    before = session_containers()
     yield
-    assert set(engine.containers(MANAGED_LABEL)) == before, "orch left containers behind"
+    assert session_containers() == before, "orch left containers behind"

@@ -14,7 +14,7 @@ from orchestrator.build_record import BuildRecord
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, RunSpec
 from orchestrator.wheelhouse import TargetPlatform, collect_wheels
-from tests.integration.helpers import all_containers, orch
+from tests.integration.helpers import orch, session_containers
 from tests.integration.local_index import serve_index
 from tests.paths import EXAMPLES
 
@@ -128,7 +128,7 @@ def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
     path = tiny_example / "dossier.yaml"
     text = path.read_text().replace("install: wheelhouse", "install: online")
     path.write_text(text.replace("  indexes:\n    - url: https://download.pytorch.org/whl/cpu\n", ""))
-    before = all_containers()
+    before = session_containers()
     result = orch("build", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error[verdict-failed]" in result.stderr and "Traceback" not in result.stderr
@@ -137,7 +137,7 @@ def test_impossible_pin_fails_at_the_pip_step_and_leaves_nothing(
     assert record.failure.step is not None and "pip install" in record.failure.step
     assert record.failure.first_error.startswith("ERROR:") and "numpy==0.0.0" in record.failure.first_error
     assert record.failure.first_error in result.stderr
-    assert all_containers() == before, "no dangling build containers"
+    assert session_containers() == before, "no dangling build containers"
 
 
 def test_a_canary_credential_never_leaves_the_host(

@@ -13,6 +13,7 @@ from orchestrator.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_
 from orchestrator.build_context import context_tar
 from orchestrator.engine import Engine, connect
 from orchestrator.errors import EngineUnavailable
+from tests.integration.helpers import SESSION_FILTER, SESSION_ID
 
 
 def test_base_image_is_labelled_and_reused(engine: Engine, base_image: BaseOutcome) -> None:
@@ -54,15 +55,16 @@ def test_a_failing_build_names_the_step_and_first_error(
     engine: Engine, base_image: BaseOutcome, tmp_path: Path
 ) -> None:
     (tmp_path / "Dockerfile").write_text(
-        f"FROM {base_image.ref}\nRUN echo preparing\nRUN python3 -c 'import no_such_module'\nRUN echo never\n"
+        f"FROM {base_image.ref}\nLABEL {SESSION_FILTER}\n"  # its layers are this session's (helpers.py)
+        "RUN echo preparing\nRUN python3 -c 'import no_such_module'\nRUN echo never\n"
     )
     tar = context_tar(tmp_path)
     with tar.file:
-        outcome = engine.build(tar.file, "orch-test/failing:latest", network="none")
+        outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/failing:latest", network="none")
     assert outcome.image_id is None
     assert outcome.failed_step == "RUN python3 -c 'import no_such_module'"
     assert outcome.first_error is not None and "ModuleNotFoundError" in outcome.first_error
-    assert "Step 4/4" not in outcome.log, "the build stops at the failing step"
+    assert "Step 5/5" not in outcome.log, "the build stops at the failing step"
 
 
 def test_docker_contexts_are_respected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

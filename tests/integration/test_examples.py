@@ -11,7 +11,7 @@ import pytest
 from orchestrator.base_image import BaseOutcome
 from orchestrator.engine import Engine
 from orchestrator.report.write import read_report
-from tests.integration.helpers import all_containers, orch
+from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 
 EXAMPLE_DOSSIERS = ["same-categories", "resume-training", "minilm-embeddings"]
@@ -25,9 +25,9 @@ def test_example_passes_all_four_stages_on_the_cpu(
     dossier = EXAMPLES / name / "dossier.yaml"
     if not dossier.is_file():
         pytest.fail(f"examples/{name}/dossier.yaml is missing")
-    before = all_containers()
+    before = session_containers()
     result = orch("rebuild", str(dossier), "--out", str(tmp_path / "out"))
-    assert all_containers() == before
+    assert session_containers() == before
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = read_report(tmp_path / "out" / "report.json")
     assert [stage.status for stage in report.stages.values()] == ["passed"] * 4

@@ -5,6 +5,8 @@
 
 # ---- builder: the virtual environment, built with tools that never reach the final image ----
 FROM orch/debian-python:bookworm AS builder
+# Opening labels mark every layer of this temporary stage, failed builds' included, so it can be found.
+LABEL io.orch.stage="builder"
 
 RUN python3.11 -m venv /opt/venv
 COPY requirements.lock /tmp/orch/requirements.lock

@@ -5,6 +5,8 @@
 
 # ---- builder: the virtual environment, built with tools that never reach the final image ----
 FROM nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 AS builder
+# Opening labels mark every layer of this temporary stage, failed builds' included, so it can be found.
+LABEL io.orch.stage="builder"
 
 # OS package versions are fixed by the base image's archive snapshot, not by per-package pins:
 # hadolint ignore=DL3008

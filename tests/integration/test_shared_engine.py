@@ -1,0 +1,67 @@
+"""On a shared engine the suite and orch touch only what they made (issue 9, defect 7)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import docker
+
+from orchestrator.base_image import BaseOutcome
+from orchestrator.build_context import context_tar
+from orchestrator.engine import Engine
+from tests.integration.foreign import ForeignBuildInProgress, ForeignObjects
+from tests.integration.helpers import SESSION_FILTER, SESSION_ID, session_containers
+from tests.integration.housekeeping import remove_session_images, session_images
+
+
+def _failing_build(engine: Engine, base: str, folder: Path) -> None:
+    """A build that makes two layers, then fails, opening with the session label as orch's builds do."""
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(
+        f"FROM {base}\nLABEL {SESSION_FILTER}\nRUN echo made > /made\nRUN exit 3\n", encoding="utf-8"
+    )
+    tar = context_tar(folder)
+    with tar.file:
+        outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/fails:1", network="none")
+    assert outcome.image_id is None and outcome.failed_step == "RUN exit 3"
+
+
+def test_every_layer_of_a_failed_build_is_labelled_and_only_the_session_s_are_removed(
+    engine: Engine,
+    docker_client: docker.DockerClient,
+    base_image: BaseOutcome,
+    foreign_objects: ForeignObjects,
+    tmp_path: Path,
+) -> None:
+    before = session_images(docker_client)
+    _failing_build(engine, base_image.ref, tmp_path / "context")
+    leftovers = session_images(docker_client) - before
+    # At least the RUN layer is new (its LABEL step may be a cache hit of the warm image's final stage).
+    assert leftovers, "the failed build's layers exist and inherit the session label"
+    everything = {str(image.id) for image in docker_client.images.list(all=True)}
+    assert leftovers <= everything
+
+    # Another user builds while the suite cleans up; their build must finish and keep its image.
+    foreign_build = ForeignBuildInProgress(docker_client, base_image.ref, seconds=6)
+    foreign_build.start()
+    time.sleep(2)
+    left = remove_session_images(docker_client, keep=before)
+    foreign_build.join(timeout=300)
+
+    assert not left and not (session_images(docker_client) - before), "the session's own layers are removed"
+    assert foreign_build.error is None, foreign_build.error
+    assert foreign_build.image_id is not None
+    foreign_objects.extra_images.append(foreign_build.image_id)
+    assert foreign_objects.missing(docker_client) == [], "another user's objects must survive"
+    assert session_containers() == set(), "no container of this session is left"
+
+
+def test_orch_s_containers_carry_the_session_label_and_foreign_ones_are_not_counted(
+    engine: Engine, docker_client: docker.DockerClient, foreign_objects: ForeignObjects
+) -> None:
+    # The foreign containers exist (one running) but are not this session's.
+    assert foreign_objects.running_container not in session_containers()
+    labelled = docker_client.containers.list(all=True, filters={"label": SESSION_FILTER})
+    assert all(c.id not in (foreign_objects.running_container, foreign_objects.exited_container) for c in labelled)
+    assert engine.labels.get("io.orch.test-session") == SESSION_FILTER.split("=", 1)[1]
