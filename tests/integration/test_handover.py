@@ -19,12 +19,13 @@ import pytest
 from orchestrator.base_image import BaseOutcome
 from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import MANAGED_LABEL, Engine
+from orchestrator.engine import Engine
 from orchestrator.handover import procedure_blocks, read_manifest, write_handover
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.write import read_report, write_report
 from tests.handover_craft import reseal, retag_tarball
-from tests.integration.helpers import orch
+from tests.integration.foreign import OWNER_LABEL, ForeignObjects
+from tests.integration.helpers import SESSION_ID, orch, session_containers
 from tests.integration.local_index import serve_index
 from tests.paths import EXAMPLES
 
@@ -241,10 +242,6 @@ def test_a_canary_credential_is_nowhere_in_the_handover(
 # -- verify trusts nothing it has not checked ----------------------------------------------------------
 
 
-def _session_label_changes() -> list[str]:
-    return []  # TODO: the session label from the lead's conftest
-
-
 def _tags_of(engine: Engine, ref: str) -> tuple[str, tuple[str, ...]]:
     image = engine.image(ref)
     assert image is not None, ref
@@ -252,23 +249,24 @@ def _tags_of(engine: Engine, ref: str) -> tuple[str, tuple[str, ...]]:
 
 
 @pytest.fixture
-def foreign_image(engine: Engine, tmp_path: Path) -> Iterator[str]:
-    """Someone else's tiny image on the shared engine, tagged: a hand-over must never move its tag."""
+def tiny_foreign_image(engine: Engine, tmp_path: Path) -> Iterator[str]:
+    """Another user's tiny image (their label, not the session's), tagged; removed by id at the end."""
     root = tmp_path / "foreign-root"
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "foreign").write_text("not orch's\n")
     tar_path = tmp_path / "foreign.tar"
     with tarfile.open(tar_path, "w") as tar:
         tar.add(root / "etc", arcname="etc")
-    repository, tag = f"orch-test-foreign-{os.getpid()}", "latest"
-    engine.import_rootfs(tar_path, repository, tag, [*_session_label_changes(), 'CMD ["/bin/true"]'])
-    yield f"{repository}:{tag}"
-    engine.remove_image(f"{repository}:{tag}")
+    repository = f"another-user-{SESSION_ID}/tiny"
+    image_id = engine.import_rootfs(tar_path, repository, "1", [f"LABEL {OWNER_LABEL}=another-user"])
+    yield f"{repository}:1"
+    engine.remove_image(image_id)
 
 
 def test_a_swapped_tarball_is_refused_before_loading_and_moves_no_tag(
-    engine: Engine, handed_over: Path, foreign_image: str, tmp_path: Path
+    engine: Engine, handed_over: Path, tiny_foreign_image: str, tmp_path: Path
 ) -> None:
+    foreign_image = tiny_foreign_image
     copy = _linked_copy(handed_over, tmp_path / "handover")
     manifest = read_manifest(copy)
     assert engine.image(manifest.image_id) is not None, "the shipped image is on this host: the old lookup passed"
@@ -286,9 +284,13 @@ def test_a_swapped_tarball_is_refused_before_loading_and_moves_no_tag(
 
 
 def test_a_tarball_naming_an_existing_tag_loads_untagged_and_the_tag_stays(
-    engine: Engine, handed_over: Path, foreign_image: str, tmp_path: Path
+    engine: Engine, handed_over: Path, foreign_objects: ForeignObjects, tmp_path: Path
 ) -> None:
-    """The tar's RepoTags and the manifest's image_tag both name a foreign tag: checks pass, no tag moves."""
+    """The tar's RepoTags and the manifest's image_tag both name another user's tag: checks pass, no tag moves.
+
+    The session's end checks that tag again (conftest.foreign_objects): still on the other user's image.
+    """
+    foreign_image = foreign_objects.tag
     copy = _linked_copy(handed_over, tmp_path / "handover")
     manifest = read_manifest(copy)
     foreign_before = _tags_of(engine, foreign_image)
@@ -313,11 +315,11 @@ def test_verify_refuses_a_shipped_dossier_reading_a_host_file_before_any_contain
     dossier.unlink()
     dossier.write_text(text)
     reseal(copy)
-    containers_before = set(engine.containers(MANAGED_LABEL))
+    containers_before = session_containers()
     result = orch("verify", str(copy), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "may reference only files inside the folder" in result.stderr
-    assert set(engine.containers(MANAGED_LABEL)) == containers_before
+    assert session_containers() == containers_before
     assert not (tmp_path / "verify-out").exists()
 
 
