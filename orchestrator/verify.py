@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.build import default_tag
 from orchestrator.dossier.load import LoadedDossier, _referenced_paths, load_dossier
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
@@ -65,6 +66,15 @@ class LayerVerdict:
 
 
 @dataclass(frozen=True)
+class LoadedImage:
+    reference: str  # orch-handover:<id>
+    #: The dossier's own tag (orch/<name>:<identity>), when it was free or already this image's.
+    dossier_tag: str | None
+    #: Why the dossier's tag was not set (it names another image here, and tags are never moved).
+    tag_left: str | None = None
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     manifest: Manifest
     report: Report
@@ -73,6 +83,7 @@ class VerifyResult:
     number_differences: list[tuple[str, str, str]]
     reproduced: bool
     report_paths: dict[str, Path]
+    image: LoadedImage
 
 
 def check_sums(folder: Path) -> Manifest:
@@ -152,8 +163,12 @@ def check_handover(folder: Path) -> CheckedHandover:
     return CheckedHandover(folder=folder, manifest=manifest, loaded=loaded, shipped=shipped, image=image)
 
 
-def load_checked_image(engine: Engine, checked: CheckedHandover) -> str:
-    """Load the checked tarball with no tag, then tag it `orch-handover:<id>`; that reference is returned."""
+def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
+    """Load the checked tarball with no tag, then tag it by id; no tag that exists here is ever moved.
+
+    It is tagged `orch-handover:<id>`, and also with the dossier's own tag (`orch/<name>:<identity>`,
+    what `orch probe DOSSIER` looks for) when the manifest names that tag and it is free here.
+    """
     image_id = checked.manifest.image_id
     tag = image_id.removeprefix("sha256:")
     reference = f"{HANDOVER_REPOSITORY}:{tag}"
@@ -172,7 +187,16 @@ def load_checked_image(engine: Engine, checked: CheckedHandover) -> str:
         raise HandoverDamaged(f"image {image_id[:19]} carries another dossier identity than the manifest")
     if holder is None:
         engine.tag(image_id, HANDOVER_REPOSITORY, tag)
-    return reference
+    own = default_tag(checked.loaded)
+    if checked.manifest.image_tag != own:
+        return LoadedImage(reference, None)
+    present = engine.image(own)
+    if present is None:
+        repository, _, version = own.rpartition(":")
+        engine.tag(image_id, repository, version)
+    elif present.id != image_id:
+        return LoadedImage(reference, None, f"{own} names another image here ({present.id[:19]}); it was left as it is")
+    return LoadedImage(reference, own)
 
 
 def compare_layers(shipped: Report, replayed: Report) -> list[LayerVerdict]:
@@ -206,7 +230,7 @@ def verify_handover(
     checked = checked or check_handover(folder)
     manifest = checked.manifest
     stage("load image")
-    load_checked_image(engine, checked)
+    image = load_checked_image(engine, checked)
     stage("probe")
     report = run_probe(
         checked.loaded,
@@ -224,4 +248,5 @@ def verify_handover(
         number_differences=number_differences(checked.shipped, report),
         reproduced=reproduced,
         report_paths=paths,
+        image=image,
     )

@@ -90,9 +90,13 @@ def verify(folder: Path, out: Path | None) -> None:
     for layer in result.layers:
         mark = "[green]reproduced[/]" if layer.verdict == "reproduced" else "[red]differs[/]"
         table.add_row(layer.stage, layer.shipped, layer.replayed, mark)
+    names = ", ".join(filter(None, [result.image.reference, result.image.dossier_tag]))
     console.print(
-        f"checksums: all {len(result.manifest.files) + 1} files match SHA256SUMS; image {result.manifest.image_id[:19]} loaded"
+        f"checked: all {len(result.manifest.files) + 1} files match SHA256SUMS, no path leaves the folder, "
+        f"the image tarball holds {result.manifest.image_id[:19]}; loaded with no tag of its own, as {names}"
     )
+    if result.image.tag_left:
+        console.print(f"  [yellow]note[/]: {result.image.tag_left}")
     console.print(table)
     for name, before, after in result.number_differences:
         console.print(f"  numbers differ: {name}: shipped {before}, replayed {after}")

@@ -123,7 +123,10 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert engine.image(manifest.image_id) is None
     result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert engine.image(manifest.image_id) is not None, "verify loaded the image"
+    reloaded = engine.image(manifest.image_id)
+    assert reloaded is not None, "verify loaded the image"
+    # Loaded with no tag of the tarball's; tagged by id, and with the dossier's own tag, which was free.
+    assert set(reloaded.tags) == {f"orch-handover:{manifest.image_id.removeprefix('sha256:')}", manifest.image_tag}
     replayed = read_report(tmp_path / "verify-out" / "report.json")
     shipped = read_report(fresh / "report" / "report.json")
     assert replayed.verdict == "passed"

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.dossier.load import load_dossier
-from orchestrator.errors import HandoverDamaged
+from orchestrator.engine import ImageInfo
+from orchestrator.errors import EnvironmentFailure, HandoverDamaged
 from orchestrator.handover import Manifest
 from orchestrator.handover_folder import safe_relative
 from orchestrator.image_tar import inspect_image_tar, untagged_stream
 from orchestrator.report.model import ReportImage
-from orchestrator.verify import check_handover
+from orchestrator.verify import check_handover, load_checked_image
 from tests.handover_craft import image_config, image_tarball, reseal, sha256_file
 from tests.paths import EXAMPLES
 from tests.report_sample import sample_report
@@ -439,3 +440,82 @@ def test_a_link_between_layers_inside_the_tar_is_kept(tmp_path: Path) -> None:
     stream = b"".join(untagged_stream(tmp_path / "i.tar.gz"))
     with tarfile.open(fileobj=io.BytesIO(stream)) as rewritten:
         assert rewritten.getmember("b/layer.tar").linkname == "../a/layer.tar"
+
+
+# -- loading: never a tag moved --------------------------------------------------------------------
+
+
+class _Engine:
+    """Images by reference; `tag` fails if it would move a tag; `load` records what it was sent."""
+
+    def __init__(self, images: dict[str, ImageInfo]) -> None:
+        self.refs = dict(images)
+        self.sent: list[bytes] = []
+
+    def image(self, ref: str) -> ImageInfo | None:
+        return self.refs.get(ref) or next((i for i in self.refs.values() if i.id == ref), None)
+
+    def load(self, source: Iterable[bytes]) -> list[str]:
+        self.sent.append(b"".join(source))
+        with tarfile.open(fileobj=io.BytesIO(self.sent[-1])) as tar:
+            manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+            config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        image_id = "sha256:" + manifest[0]["Config"].removesuffix(".json")
+        for tag in manifest[0]["RepoTags"] or []:  # what docker load does with RepoTags: moves them
+            self.refs[tag] = _info(image_id, config["config"]["Labels"])
+        self.refs[image_id] = _info(image_id, config["config"]["Labels"])
+        return [image_id]
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        ref = f"{repository}:{tag}"
+        assert ref not in self.refs or self.refs[ref].id == image_id, f"{ref} would be moved"
+        self.refs[ref] = self.refs[image_id]
+
+    def tags_of(self, image_id: str) -> set[str]:
+        return {ref for ref, info in self.refs.items() if info.id == image_id and ":" in ref and ref != image_id}
+
+
+def _info(image_id: str, labels: dict[str, str] | None = None) -> ImageInfo:
+    return ImageInfo(id=image_id, tags=(), labels=labels or {}, env={}, repo_digests=(), size=1)
+
+
+def test_loading_sends_no_tag_then_tags_by_id_and_with_the_free_dossier_tag(handover: Path) -> None:
+    checked = check_handover(handover)
+    engine = _Engine({})
+    loaded = load_checked_image(engine, checked)  # type: ignore[arg-type]
+    image_id = checked.manifest.image_id
+    assert loaded.reference == f"orch-handover:{image_id.removeprefix('sha256:')}"
+    assert engine.tags_of(image_id) == {loaded.reference, checked.manifest.image_tag}
+    with tarfile.open(fileobj=io.BytesIO(engine.sent[0])) as sent:
+        assert json.loads(sent.extractfile("manifest.json").read())[0]["RepoTags"] == []  # type: ignore[union-attr]
+
+
+def test_a_dossier_tag_naming_another_image_here_is_left_as_it_is(handover: Path) -> None:
+    checked = check_handover(handover)
+    other = _info("sha256:" + "c" * 64)
+    engine = _Engine({checked.manifest.image_tag: other})
+    loaded = load_checked_image(engine, checked)  # type: ignore[arg-type]
+    assert engine.refs[checked.manifest.image_tag] is other
+    assert loaded.dossier_tag is None and loaded.tag_left and "left as it is" in loaded.tag_left
+
+
+def test_a_handover_naming_a_host_tag_gets_only_orchs_name(handover: Path) -> None:
+    manifest = _manifest(handover)
+    (handover / "image.tar.gz").unlink()
+    image_tarball(handover / "image.tar.gz", image_config(manifest["identity"]), ["orch/debian-python:bookworm"])
+    reseal(handover, manifest_update={"image_tag": "orch/debian-python:bookworm"})
+    checked = check_handover(handover)  # the tar names what the manifest names: the checks pass
+    base = _info("sha256:" + "b" * 64)
+    engine = _Engine({"orch/debian-python:bookworm": base})
+    load_checked_image(engine, checked)  # type: ignore[arg-type]
+    assert engine.refs["orch/debian-python:bookworm"] is base, "the base image's tag was not moved"
+    assert engine.tags_of(checked.manifest.image_id) == {f"orch-handover:{checked.manifest.image_id[7:]}"}
+
+
+def test_orchs_handover_name_on_another_image_stops_before_loading(handover: Path) -> None:
+    checked = check_handover(handover)
+    reference = f"orch-handover:{checked.manifest.image_id.removeprefix('sha256:')}"
+    engine = _Engine({reference: _info("sha256:" + "d" * 64)})
+    with pytest.raises(EnvironmentFailure, match="on this engine is image"):
+        load_checked_image(engine, checked)  # type: ignore[arg-type]
+    assert engine.sent == []
