@@ -33,6 +33,11 @@ def read_json(path: Path, expected: str) -> Any:
         raise BadInput(f"{path}: cannot be read ({exc.strerror or exc}); expected {expected}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInput(f"{path}: not JSON ({one_line(str(exc), 120)}); expected {expected}") from None
+    except (ValueError, RecursionError) as exc:
+        # Valid JSON that Python refuses: an integer of more than 4300 digits (int_max_str_digits), or
+        # nesting deeper than the recursion limit. orch never writes either.
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else one_line(str(exc), 120)
+        raise BadInput(f"{path}: JSON that orch cannot read ({reason}); expected {expected}") from None
 
 
 def format_of(data: Any) -> str | None:

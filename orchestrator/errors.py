@@ -7,7 +7,7 @@ where they happen; only the CLI entry point prints them and exits, so no user er
 Exit codes are a contract (README, ``orch --help``):
 
 * 0 — success
-* 1 — a verdict failed (a check did not hold, a build step failed)
+* 1 — a verdict failed (a check did not hold, a build step failed, a damaged or tampered hand-over)
 * 2 — bad input or usage (dossier, paths, hashes, options)
 * 3 — the environment failed (engine unreachable, base image missing, tool missing, not root)
 """
@@ -39,6 +39,17 @@ class VerdictFailed(OrchError):
 
     exit_code = 1
     code = "verdict-failed"
+
+
+class HandoverDamaged(VerdictFailed):
+    """A hand-over folder that does not hold what it claims (checked by `orch verify` before anything runs).
+
+    Exit 1, like any check that did not hold: the folder was named correctly, its content failed the
+    check. A changed byte, an added file, a path leaving the folder, a symlink, a tarball whose image is
+    not the manifest's — whether damaged in transit or tampered with, nothing from it is loaded or run.
+    """
+
+    code = "handover-damaged"
 
 
 class BadInput(OrchError):

@@ -7,7 +7,8 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
                         pip-freeze.txt (the observed inventory)
     report/             report.json, report.md, report.html, junit.xml
-    PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output
+    PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
+                        its ```sh blocks run as they are, in order, and write only under $WORK
     ACCESS.md           which credentials are needed and how to provide them — by name only
     manifest.json       format orch.handover/1: dossier identity, image id and tag, files and sizes
     SHA256SUMS          `sha256sum -c` compatible
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -122,12 +124,48 @@ def _access_md(loaded: LoadedDossier) -> str:
     return "\n".join(lines)
 
 
+_FENCE = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def procedure_blocks(text: str) -> list[str]:
+    """The shell commands of a PROCEDURE.md: its ```sh blocks, in order (what a reader would paste)."""
+    return [block.strip("\n") for block in _FENCE.findall(text)]
+
+
+def _sample_run_by_hand(loaded: LoadedDossier, image_id: str) -> list[str]:
+    """`docker run` of the sample with the mounts, environment and isolation `orch probe` gives it."""
+    model = loaded.model
+
+    def mount(source: str, target: str) -> str:
+        return f'-v "$PWD"/{shlex.quote(f"dossier/{source}:{target}:ro")}'
+
+    mounts = [mount(item.path, f"/orch/input/{item.path}") for item in model.expect.inputs]
+    for kind, group in (("data", model.data), ("weights", model.weights)):
+        mounts += [mount(item.path, f"/orch/{kind}/{item.name}") for item in group if item.path is not None]
+    mounts.append('-v "$WORK/out:/orch/output"')
+    environment = [f"-e PYTHONHASHSEED={model.determinism.seed}", "-e HF_HUB_OFFLINE=1"]
+    if model.determinism.cublas_workspace_config:
+        environment.append(f"-e CUBLAS_WORKSPACE_CONFIG={shlex.quote(model.determinism.cublas_workspace_config)}")
+    gpu = {"cuda": ["--gpus all"], "rocm": ["--device /dev/kfd", "--device /dev/dri", "--group-add video"], "cpu": []}
+    options = [
+        "--rm --network none --cap-drop ALL --security-opt no-new-privileges",
+        "--memory 4g --memory-swap 4g --pids-limit 1024 --shm-size 1g",
+        *gpu[model.system.platform],
+        *environment,
+        *mounts,
+    ]
+    command = " ".join(shlex.quote(part) for part in model.expect.command)
+    return [
+        'mkdir -p "$WORK/out" && chmod 0777 "$WORK/out"    # the sample runs as uid 10001',
+        "docker run " + " \\\n  ".join(options) + " \\",
+        f"  {image_id} {command}",
+    ]
+
+
 def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: str) -> str:
     model = loaded.model
-    variant = f" --variant {loaded.variant}" if loaded.variant else ""
-    dossier = f"dossier/{dossier_file}"
-    mounts = " ".join(f'-v "$PWD/dossier/{i.path}:/orch/input/{i.path}:ro"' for i in model.expect.inputs)
-    command = " ".join(shlex.quote(part) for part in model.expect.command)
+    variant = f" --variant {shlex.quote(loaded.variant)}" if loaded.variant else ""
+    dossier = shlex.quote(f"dossier/{dossier_file}")
     checks = []
     for output in model.expect.outputs:
         parts = [f"`{output.file}`"]
@@ -142,43 +180,62 @@ def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: 
         if output.compare:
             parts.append(f"{output.compare.metric} against `{output.compare.reference}`")
         checks.append("- " + ", ".join(parts))
-    gpu = {"cuda": "--gpus all ", "rocm": "--device /dev/kfd --device /dev/dri --group-add video ", "cpu": ""}[
-        model.system.platform
-    ]
     return "\n".join(
         [
             f"# Procedure: {model.name}",
             "",
             f"Dossier identity `{loaded.identity}`{f', variant `{loaded.variant}`' if loaded.variant else ''}; "
-            f"image `{tag}` (`{image_id}`). Every command runs from this folder.",
+            f"image `{tag}` (`{image_id}`).",
+            "",
+            "Run every block below from this folder, in order (they are tested that way). Nothing is written",
+            "into this folder — a file added to it makes `orch verify .` fail — so every output goes under the",
+            "folder named by `WORK`: set it first, or let the first block make a fresh one.",
+            "",
+            "```sh",
+            'WORK="${WORK:-$(mktemp -d)}"    # every output goes here, outside the hand-over folder',
+            'echo "outputs go to $WORK"',
+            "```",
             "",
             "## 0. Check the folder",
             "",
-            "    sha256sum -c SHA256SUMS",
+            "```sh",
+            "sha256sum --check --quiet --strict SHA256SUMS",
+            "```",
             "",
             "## 1. Load the image — or rebuild it from the dossier",
             "",
-            f"    docker load -i {IMAGE_FILE}",
-            f"    docker image inspect --format '{{{{.Id}}}}' {tag}    # must print {image_id}",
+            "```sh",
+            f"docker load -i {IMAGE_FILE}",
+            f"test \"$(docker image inspect --format '{{{{.Id}}}}' {tag})\" = {image_id}",
+            "```",
             "",
+            f"`docker load` restores the tag `{tag}`, moving it if it names another image on this machine;",
+            "`orch verify` (last step) instead checks the tarball's own manifest first and loads it with no tag.",
             "To rebuild instead (a fresh image from the same dossier, never a copied environment):",
             "",
-            f"    orch rebuild {dossier}{variant} --out rebuilt",
+            "```sh",
+            f'orch rebuild {dossier}{variant} --out "$WORK/rebuilt"',
+            "```",
             "",
             "## 2. Diagnose the host",
             "",
-            f"    orch doctor {dossier}{variant}",
+            "```sh",
+            f"orch doctor {dossier}{variant}",
+            "```",
             "",
             "## 3. Run the sample",
             "",
-            f"    orch probe {dossier}{variant} --image {image_id} --out probe-out",
+            "```sh",
+            f'orch probe {dossier}{variant} --image {image_id} --out "$WORK/probe-out"',
+            "```",
             "",
-            "By hand, with the same isolation orch uses:",
+            "By hand, with the mounts, environment and isolation orch uses (inputs under `/orch/input/<path>`,",
+            "data under `/orch/data/<name>`, weights under `/orch/weights/<name>`, all read-only; the output",
+            "folder `/orch/output` writable). orch also mounts its determinism settings, which this omits:",
             "",
-            "    mkdir -p out && chown 10001:10001 out",
-            f"    docker run --rm --network none --cap-drop ALL --security-opt no-new-privileges {gpu}\\",
-            f'      {mounts} -v "$PWD/out:/orch/output" \\',
-            f"      {image_id} {command}",
+            "```sh",
+            *_sample_run_by_hand(loaded, image_id),
+            "```",
             "",
             "## 4. Re-read the output",
             "",
@@ -186,11 +243,13 @@ def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: 
             "",
             *checks,
             "",
-            "Its report (`probe-out/report.html`) shows each layer — image, host, device, sample — on its own.",
+            'Its report (`"$WORK/probe-out/report.html"`) shows each layer — image, host, device, sample — on its own.',
             "",
             "## All of it, with a comparison against the shipped report",
             "",
-            "    orch verify . --out verify-out",
+            "```sh",
+            'orch verify . --out "$WORK/verify-out"',
+            "```",
             "",
         ]
     )

@@ -62,6 +62,8 @@ class ProbeOptions:
     image: str | None = None
     #: `orch rebuild`: the image was built moments ago in the same run, so its build is the image stage's work.
     built_in_this_run: bool = False
+    #: `orch verify`: a failed stage stops every stage after it (a replay proves nothing past its first failure).
+    stop_after_failure: bool = False
 
 
 @dataclass(frozen=True)
@@ -727,17 +729,26 @@ def run_probe(
 
     stage("image")
     image_result, inventory = image_stage(engine, loaded, image, out, built_in_this_run=options.built_in_this_run)
-    stage("host")
-    host = host_facts() if host_facts else collect_host_facts(engine.info())
-    host_result, verdict, mapping = host_stage(loaded, host, image, inventory)
-    stage("device")
-    device_result = device_stage(engine, loaded, image, verdict, mapping)
-    if device_result.status == "failed":
+    host_result = device_result = sample_result = None
+    if options.stop_after_failure and image_result.status == "failed":
+        reason = "image stage failed: the stages after it are not run"
+        host_result, device_result, sample_result = (not_run(n, reason) for n in ("host", "device", "sample"))
+    if host_result is None:
+        stage("host")
+        host = host_facts() if host_facts else collect_host_facts(engine.info())
+        host_result, verdict, mapping = host_stage(loaded, host, image, inventory)
+        if options.stop_after_failure and host_result.status == "failed":
+            reason = "host stage failed: the stages after it are not run"
+            device_result, sample_result = not_run("device", reason), not_run("sample", reason)
+    if device_result is None:
+        stage("device")
+        device_result = device_stage(engine, loaded, image, verdict, mapping)
+    if sample_result is None and device_result.status == "failed":
         assert device_result.first_error is not None
         sample_result = not_run(
             "sample", f"device stage failed ({device_result.first_error.step}): no silent CPU fallback"
         )
-    else:
+    if sample_result is None:
         stage("sample")
         sample_result = sample_stage(engine, loaded, image, mapping, out)
 

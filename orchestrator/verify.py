@@ -1,26 +1,60 @@
 """`orch verify DIR`: replay a hand-over folder on this machine and compare with what was shipped.
 
-1. checksums: every file of SHA256SUMS present and unchanged, no file added, manifest consistent;
-2. the image loaded from image.tar.gz and its id confirmed;
-3. the probes run again from the shipped dossier (image, host, device, sample);
-4. the new report compared with the shipped one, layer by layer.
+The folder is untrusted input (a checksum file is not a signature), so everything that can be
+checked without an engine is checked first, and nothing is loaded or run until all of it holds:
 
-A changed byte anywhere fails at step 1, naming the file (exit 1). Step 3 needs a Docker engine.
+1. the folder (`handover_folder`): every name normal and inside, no symlink or special file anywhere,
+   every file listed and unchanged, nothing added, manifest.json consistent with SHA256SUMS;
+2. the shipped dossier: every path it references lies inside the folder's dossier/ and is one of its
+   checked files (read from the YAML before the dossier loader hashes anything), and its identity is
+   the manifest's;
+3. the shipped report: its identity, image id and verdict are the manifest's;
+4. the image tarball's own manifest and config (`image_tar`): the config digest is the manifest's
+   image id, the tar names only the manifest's tag, the image carries the dossier identity.
+
+Then the image is loaded with no tag (none of the verifying host's tags can move) and tagged by id
+as `orch-handover:<id>`, the probes run again from the shipped dossier — each stage stopping the ones
+after it when it fails — and the new report is compared with the shipped one, layer by layer.
+Every refusal in steps 1 to 4 is `HandoverDamaged` (exit 1) naming the file and what is wrong.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.dossier.load import file_sha256, load_dossier
+from pydantic import ValidationError
+
+from orchestrator.build import default_tag
+from orchestrator.dossier.load import LoadedDossier, _referenced_paths, load_dossier
+from orchestrator.dossier.models import Dossier
+from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
-from orchestrator.errors import BadInput, VerdictFailed
-from orchestrator.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, Manifest, read_manifest
+from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.handover import IMAGE_FILE, Manifest
+from orchestrator.handover_folder import MAX_SUMS_BYTES, check_folder
+from orchestrator.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.model import STAGES, Report
 from orchestrator.report.write import read_report, write_report
+
+#: The repository a verified image is tagged in, by its own id: a name only orch uses, which no
+#: hand-over chooses and which can only ever point at the image whose id it spells.
+HANDOVER_REPOSITORY = "orch-handover"
+SHIPPED_REPORT = "report/report.json"
+
+
+@dataclass(frozen=True)
+class CheckedHandover:
+    """A hand-over folder whose files, dossier, report and image tarball were all checked."""
+
+    folder: Path
+    manifest: Manifest
+    loaded: LoadedDossier
+    shipped: Report
+    image: ImageTarFacts
 
 
 @dataclass(frozen=True)
@@ -32,6 +66,15 @@ class LayerVerdict:
 
 
 @dataclass(frozen=True)
+class LoadedImage:
+    reference: str  # orch-handover:<id>
+    #: The dossier's own tag (orch/<name>:<identity>), when it was free or already this image's.
+    dossier_tag: str | None
+    #: Why the dossier's tag was not set (it names another image here, and tags are never moved).
+    tag_left: str | None = None
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     manifest: Manifest
     report: Report
@@ -40,37 +83,120 @@ class VerifyResult:
     number_differences: list[tuple[str, str, str]]
     reproduced: bool
     report_paths: dict[str, Path]
+    image: LoadedImage
 
 
 def check_sums(folder: Path) -> Manifest:
-    """Raise VerdictFailed naming the first file that is missing, changed or unexpected."""
-    if not folder.is_dir():
-        raise BadInput(f"{folder} is not a folder")
-    sums_path = folder / SUMS_FILE
-    if not sums_path.is_file():
-        raise VerdictFailed(
-            f"{folder} is not a complete hand-over folder: it has no {SUMS_FILE}",
-            hint="An interrupted `orch handover` leaves such a folder; hand over again.",
+    """The manifest of a folder whose every file is listed, unchanged, and inside it (see handover_folder)."""
+    return check_folder(folder)
+
+
+def _check_dossier_paths(folder: Path, manifest: Manifest) -> None:
+    """Every path the shipped dossier names is a checked file (or folder of them) under dossier/.
+
+    Read from the YAML before `load_dossier`, which would hash what the paths point at: a dossier
+    naming /etc/passwd must be refused without that file being opened.
+    """
+    listed = {entry.path for entry in manifest.files}
+    where = f"dossier/{manifest.dossier_file}"
+    path = folder / where
+    if path.stat().st_size > MAX_SUMS_BYTES:
+        raise HandoverDamaged(f"{where} is larger than {MAX_SUMS_BYTES >> 20} MiB; no dossier is")
+    try:
+        document = read_yaml(path.read_bytes())
+        model = Dossier.model_validate(document.data)
+    except (YamlSourceError, ValidationError, ValueError) as exc:
+        raise HandoverDamaged(f"{where}: the shipped dossier does not load ({str(exc).splitlines()[0]})") from None
+    base = posixpath.dirname(where)
+    for field, relative, is_dir in _referenced_paths(model):
+        target = posixpath.normpath(posixpath.join(base, relative))
+        inside = (
+            "\0" not in relative
+            and not relative.startswith("/")
+            and (target + "/").startswith("dossier/")
+            and (any(name.startswith(target + "/") for name in listed) if is_dir else target in listed)
         )
-    listed: dict[str, str] = {}
-    for number, line in enumerate(sums_path.read_text(encoding="utf-8").splitlines(), start=1):
-        digest, _, name = line.partition("  ")
-        if len(digest) != 64 or not name:
-            raise VerdictFailed(f"{SUMS_FILE} line {number} is not 'sha256  path'")
-        listed[name] = digest
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {SUMS_FILE}
-    for name in sorted(listed):
-        path = folder / name
-        if not path.is_file():
-            raise VerdictFailed(f"{name} is listed in {SUMS_FILE} but missing from the folder")
-        if file_sha256(path) != listed[name]:
-            raise VerdictFailed(f"{name} does not match its checksum: the file was changed after the hand-over")
-    extra = sorted(present - set(listed))
-    if extra:
-        raise VerdictFailed(f"{extra[0]} is in the folder but not in {SUMS_FILE}: it was added after the hand-over")
-    if MANIFEST_FILE not in listed or IMAGE_FILE not in listed:
-        raise VerdictFailed(f"{SUMS_FILE} does not cover {MANIFEST_FILE} and {IMAGE_FILE}")
-    return read_manifest(folder)
+        if not inside:
+            raise HandoverDamaged(
+                f"{where} [{field}]: {relative[:120]!r} is not a {'folder' if is_dir else 'file'} of the hand-over's "
+                "dossier/; a shipped dossier may reference only files inside the folder"
+            )
+
+
+def _check_shipped_report(folder: Path, manifest: Manifest) -> Report:
+    if SHIPPED_REPORT not in {entry.path for entry in manifest.files}:
+        raise HandoverDamaged(f"the hand-over has no {SHIPPED_REPORT}")
+    try:
+        shipped = read_report(folder / SHIPPED_REPORT)
+    except BadInput as exc:
+        raise HandoverDamaged(
+            f"{SHIPPED_REPORT}: {exc.message.removeprefix(str(folder / SHIPPED_REPORT) + ': ')}"
+        ) from None
+    if shipped.dossier.identity != manifest.identity:
+        raise HandoverDamaged(
+            f"{SHIPPED_REPORT} is about dossier {shipped.dossier.identity[:12]}, the manifest's is {manifest.identity[:12]}"
+        )
+    if shipped.image is None or shipped.image.id != manifest.image_id:
+        raise HandoverDamaged(f"{SHIPPED_REPORT} is about another image than the manifest's {manifest.image_id[:19]}")
+    if shipped.verdict != manifest.report_verdict:
+        raise HandoverDamaged(f"{SHIPPED_REPORT} says {shipped.verdict}, the manifest says {manifest.report_verdict}")
+    return shipped
+
+
+def check_handover(folder: Path) -> CheckedHandover:
+    """Everything about a hand-over that needs no engine, in the order that opens nothing unchecked."""
+    folder = folder.resolve()
+    manifest = check_folder(folder)
+    _check_dossier_paths(folder, manifest)
+    try:
+        loaded = load_dossier(folder / "dossier" / manifest.dossier_file, variant=manifest.variant)
+    except BadInput as exc:
+        raise HandoverDamaged(f"the shipped dossier does not load: {exc.message}") from None
+    if loaded.identity != manifest.identity:
+        raise HandoverDamaged(
+            f"the shipped dossier's identity is {loaded.short_identity}, the manifest says {manifest.identity[:12]}"
+        )
+    shipped = _check_shipped_report(folder, manifest)
+    image = inspect_image_tar(
+        folder / IMAGE_FILE, image_id=manifest.image_id, tag=manifest.image_tag, identity=manifest.identity
+    )
+    return CheckedHandover(folder=folder, manifest=manifest, loaded=loaded, shipped=shipped, image=image)
+
+
+def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
+    """Load the checked tarball with no tag, then tag it by id; no tag that exists here is ever moved.
+
+    It is tagged `orch-handover:<id>`, and also with the dossier's own tag (`orch/<name>:<identity>`,
+    what `orch probe DOSSIER` looks for) when the manifest names that tag and it is free here.
+    """
+    image_id = checked.manifest.image_id
+    tag = image_id.removeprefix("sha256:")
+    reference = f"{HANDOVER_REPOSITORY}:{tag}"
+    holder = engine.image(reference)
+    if holder is not None and holder.id != image_id:
+        raise EnvironmentFailure(
+            f"{reference} on this engine is image {holder.id[:19]}, not {image_id[:19]}",
+            hint=f"Someone tagged another image with orch's hand-over name; remove that tag (docker rmi {reference}).",
+        )
+    if engine.image(image_id) is None:
+        engine.load(untagged_stream(checked.folder / IMAGE_FILE))
+    image = engine.image(image_id)
+    if image is None:
+        raise HandoverDamaged(f"{IMAGE_FILE} did not load as image {image_id}")
+    if image.labels.get(IDENTITY_LABEL) != checked.manifest.identity:
+        raise HandoverDamaged(f"image {image_id[:19]} carries another dossier identity than the manifest")
+    if holder is None:
+        engine.tag(image_id, HANDOVER_REPOSITORY, tag)
+    own = default_tag(checked.loaded)
+    if checked.manifest.image_tag != own:
+        return LoadedImage(reference, None)
+    present = engine.image(own)
+    if present is None:
+        repository, _, version = own.rpartition(":")
+        engine.tag(image_id, repository, version)
+    elif present.id != image_id:
+        return LoadedImage(reference, None, f"{own} names another image here ({present.id[:19]}); it was left as it is")
+    return LoadedImage(reference, own)
 
 
 def compare_layers(shipped: Report, replayed: Report) -> list[LayerVerdict]:
@@ -92,34 +218,35 @@ def number_differences(shipped: Report, replayed: Report) -> list[tuple[str, str
 
 
 def verify_handover(
-    folder: Path, engine: Engine, out: Path, *, on_stage: Callable[[str], None] | None = None
+    folder: Path,
+    engine: Engine,
+    out: Path,
+    *,
+    on_stage: Callable[[str], None] | None = None,
+    checked: CheckedHandover | None = None,
 ) -> VerifyResult:
     stage = on_stage or (lambda _: None)
-    folder = folder.resolve()
-    stage("checksums")
-    manifest = check_sums(folder)
+    stage("checks")
+    checked = checked or check_handover(folder)
+    manifest = checked.manifest
     stage("load image")
-    with (folder / IMAGE_FILE).open("rb") as image_file:
-        engine.load(image_file)
-    image = engine.image(manifest.image_id)
-    if image is None or image.id != manifest.image_id:
-        raise VerdictFailed(f"{IMAGE_FILE} did not load as image {manifest.image_id}")
-    loaded = load_dossier(folder / "dossier" / manifest.dossier_file, variant=manifest.variant)
-    if loaded.identity != manifest.identity:
-        raise VerdictFailed(
-            f"the shipped dossier's identity is {loaded.short_identity}, the manifest says {manifest.identity[:12]}"
-        )
+    image = load_checked_image(engine, checked)
     stage("probe")
-    report = run_probe(loaded, engine, ProbeOptions(out=out, image=manifest.image_id), on_stage=on_stage)
+    report = run_probe(
+        checked.loaded,
+        engine,
+        ProbeOptions(out=out, image=manifest.image_id, stop_after_failure=True),
+        on_stage=on_stage,
+    )
     paths = write_report(report, out)
-    shipped = read_report(folder / "report" / "report.json")
-    layers = compare_layers(shipped, report)
-    reproduced = all(layer.verdict == "reproduced" for layer in layers) and report.verdict == shipped.verdict
+    layers = compare_layers(checked.shipped, report)
+    reproduced = all(layer.verdict == "reproduced" for layer in layers) and report.verdict == checked.shipped.verdict
     return VerifyResult(
         manifest=manifest,
         report=report,
         layers=layers,
-        number_differences=number_differences(shipped, report),
+        number_differences=number_differences(checked.shipped, report),
         reproduced=reproduced,
         report_paths=paths,
+        image=image,
     )

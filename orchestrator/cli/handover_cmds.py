@@ -55,25 +55,33 @@ def handover(dossier: Path, out: Path, source: Path | None, variant: str | None)
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Where the replayed report goes (default: FOLDER.verify).",
+    help="Where the replayed report goes, outside FOLDER (default: FOLDER.verify).",
 )
 def verify(folder: Path, out: Path | None) -> None:
-    """Replay a hand-over folder: checksums, load the image, confirm its id, probe again, compare with the shipped report."""
+    """Replay a hand-over folder: check its files and image tarball, load the image untagged, probe again, compare."""
     from rich.table import Table
 
     from orchestrator.console import make_console
     from orchestrator.engine import connect
-    from orchestrator.errors import VerdictFailed
-    from orchestrator.verify import check_sums, verify_handover
+    from orchestrator.errors import BadInput, VerdictFailed
+    from orchestrator.verify import check_handover, verify_handover
 
     folder = folder.resolve()
-    target = out or folder.with_name(folder.name + ".verify")
-    check_sums(folder)  # before anything needs an engine: a damaged folder is a verdict on its own
+    target = (out or folder.with_name(folder.name + ".verify")).resolve()
+    if target == folder or target.is_relative_to(folder):
+        raise BadInput(
+            f"--out {target} is inside the hand-over folder; write the replay elsewhere (an added file fails verify)"
+        )
     console = make_console()
+    # Before anything needs an engine: a damaged or tampered folder is a verdict on its own.
+    with console.status("verify: checking the folder"):
+        checked = check_handover(folder)
     engine = connect()
     try:
         with console.status("verifying") as status:
-            result = verify_handover(folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"))
+            result = verify_handover(
+                folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"), checked=checked
+            )
     finally:
         engine.close()
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
@@ -82,9 +90,13 @@ def verify(folder: Path, out: Path | None) -> None:
     for layer in result.layers:
         mark = "[green]reproduced[/]" if layer.verdict == "reproduced" else "[red]differs[/]"
         table.add_row(layer.stage, layer.shipped, layer.replayed, mark)
+    names = ", ".join(filter(None, [result.image.reference, result.image.dossier_tag]))
     console.print(
-        f"checksums: all {len(result.manifest.files) + 1} files match SHA256SUMS; image {result.manifest.image_id[:19]} loaded"
+        f"checked: all {len(result.manifest.files) + 1} files match SHA256SUMS, no path leaves the folder, "
+        f"the image tarball holds {result.manifest.image_id[:19]}; loaded with no tag of its own, as {names}"
     )
+    if result.image.tag_left:
+        console.print(f"  [yellow]note[/]: {result.image.tag_left}")
     console.print(table)
     for name, before, after in result.number_differences:
         console.print(f"  numbers differ: {name}: shipped {before}, replayed {after}")

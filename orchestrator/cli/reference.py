@@ -24,7 +24,10 @@ REGENERATE = (
 #: The exit-code contract (orchestrator/errors.py, `orch --help`); 130 comes from the entry point on Ctrl-C.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success (for `orch compare`: identical or equivalent)"),
-    (1, "a verdict failed: a check did not hold, a build step failed, a replay differs, B regressed"),
+    (
+        1,
+        "a verdict failed: a check did not hold, a build step failed, a replay differs, a damaged or tampered hand-over, B regressed",
+    ),
     (2, "bad input or usage: dossier, paths, hashes, options, a usage error reported by Click"),
     (
         3,

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from orchestrator.errors import DossierError
+from orchestrator.sparse_copy import copy_fd_preserving_holes
 
 # Files and folders that never belong to an application's identity or build context.
 IGNORED_NAMES = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", ".DS_Store"})
@@ -248,10 +249,12 @@ def copy_tree(files: list[TreeFile], dest: Path) -> None:
 
 
 def copy_regular_file(source: Path, target: Path) -> None:
-    """Copy one regular file (checked on the open descriptor, so a swap to a FIFO or link cannot slip in)."""
+    """Copy one regular file (checked on the open descriptor, so a swap to a FIFO or link cannot slip in).
+
+    Holes stay holes (a 2 GB sparse input would otherwise take 2 GB in a context or a hand-over).
+    """
     fd = _open_regular(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     info = os.fstat(fd)
     with os.fdopen(fd, "rb") as handle, target.open("wb") as out:
-        while chunk := handle.read(_CHUNK):
-            out.write(chunk)
+        copy_fd_preserving_holes(handle.fileno(), out.fileno())
     target.chmod(0o755 if info.st_mode & 0o111 else 0o644)

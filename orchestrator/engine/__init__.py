@@ -7,7 +7,7 @@ clear `EngineUnavailable` (exit 3).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol
@@ -144,7 +144,9 @@ class Engine(Protocol):
 
     def save(self, ref: str, dest: IO[bytes]) -> None: ...
 
-    def load(self, source: IO[bytes]) -> list[str]: ...
+    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]: ...
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None: ...
 
     def containers(self, label: str) -> list[str]: ...
 

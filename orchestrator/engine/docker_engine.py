@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -200,8 +200,8 @@ class DockerEngine:
         except docker.errors.APIError as exc:
             raise EnvironmentFailure(f"docker save of {ref} failed: {exc.explanation}") from None
 
-    def load(self, source: IO[bytes]) -> list[str]:
-        """`docker load` from a (possibly gzip-compressed) tar stream; the image ids or tags it reports."""
+    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]:
+        """`docker load` from a (possibly gzip-compressed) tar: a file, or chunks sent as they come."""
         loaded: list[str] = []
         try:
             for message in self._client.api.load_image(source):  # type: ignore[no-untyped-call]
@@ -214,6 +214,15 @@ class DockerEngine:
         except docker.errors.APIError as exc:
             raise EnvironmentFailure(f"docker load failed: {exc.explanation}") from None
         return loaded
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        """Tag an image by id. Never forced: the caller has checked the tag is new or already this image's."""
+        try:
+            self._client.api.tag(image_id, repository, tag, force=False)
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(
+                f"tagging {image_id[:19]} as {repository}:{tag} failed: {exc.explanation}"
+            ) from None
 
     def build(
         self,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +20,12 @@ from orchestrator.base_image import BaseOutcome
 from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import Engine
-from orchestrator.handover import read_manifest, write_handover
+from orchestrator.handover import procedure_blocks, read_manifest, write_handover
 from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.write import read_report, write_report
-from tests.integration.helpers import orch
+from tests.handover_craft import reseal, retag_tarball
+from tests.integration.foreign import OWNER_LABEL, ForeignObjects
+from tests.integration.helpers import SESSION_ID, orch, session_containers
 from tests.integration.local_index import serve_index
 from tests.paths import EXAMPLES
 
@@ -36,6 +40,10 @@ def _linked_copy(source: Path, dest: Path) -> Path:
     """
     shutil.copytree(source, dest, copy_function=os.link)
     return dest
+
+
+def _sha256(line: bytes) -> str:
+    return hashlib.sha256(line + b"\n").hexdigest()
 
 
 def _rebuild(engine: Engine, loaded: LoadedDossier, out: Path) -> None:
@@ -53,7 +61,23 @@ def handed_over(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytes
     example = root / "tiny-embeddings"
     shutil.copytree(EXAMPLES / "tiny-embeddings", example)
     dossier = example / "dossier.yaml"
-    dossier.write_text(dossier.read_text().replace("on the CPU.", "on the CPU (hand-over test)."))
+    # Weights and data too, so PROCEDURE.md's by-hand run must mount them: the command checks they are there.
+    (example / "weights").mkdir()
+    (example / "weights" / "tiny.bin").write_bytes(b"tiny weights\n")
+    (example / "data.bin").write_bytes(b"tiny data\n")
+    artifacts = (
+        "data:\n"
+        f"  - name: table\n    path: data.bin\n    sha256: {_sha256(b'tiny data')}\n    provenance: the test\n"
+        "weights:\n"
+        f"  - name: tiny\n    path: weights/tiny.bin\n    sha256: {_sha256(b'tiny weights')}\n    provenance: the test\n"
+    )
+    text = dossier.read_text().replace("on the CPU.", "on the CPU (hand-over test).")
+    text = text.replace("expect:\n", artifacts + "\nexpect:\n", 1)
+    text = text.replace(
+        "  command: [python, embed.py,",
+        "  command: [sh, -c, 'test -s /orch/weights/tiny && test -s /orch/data/table && exec python \"$@\"', sh, embed.py,",
+    )
+    dossier.write_text(text)
     loaded = load_dossier(dossier)
     rebuild = root / "rebuild"
     _rebuild(engine, loaded, rebuild)
@@ -99,7 +123,10 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert engine.image(manifest.image_id) is None
     result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert engine.image(manifest.image_id) is not None, "verify loaded the image"
+    reloaded = engine.image(manifest.image_id)
+    assert reloaded is not None, "verify loaded the image"
+    # Loaded with no tag of the tarball's; tagged by id, and with the dossier's own tag, which was free.
+    assert set(reloaded.tags) == {f"orch-handover:{manifest.image_id.removeprefix('sha256:')}", manifest.image_tag}
     replayed = read_report(tmp_path / "verify-out" / "report.json")
     shipped = read_report(fresh / "report" / "report.json")
     assert replayed.verdict == "passed"
@@ -213,3 +240,116 @@ def test_a_canary_credential_is_nowhere_in_the_handover(
                 assert CANARY_SECRET.encode() not in window, f"the canary secret is in {path}"
                 assert CANARY_USER.encode() not in window, f"the canary user is in {path}"
                 previous = chunk[-64:]
+
+
+# -- verify trusts nothing it has not checked ----------------------------------------------------------
+
+
+def _tags_of(engine: Engine, ref: str) -> tuple[str, tuple[str, ...]]:
+    image = engine.image(ref)
+    assert image is not None, ref
+    return image.id, image.tags
+
+
+@pytest.fixture
+def tiny_foreign_image(engine: Engine, tmp_path: Path) -> Iterator[str]:
+    """Another user's tiny image (their label, not the session's), tagged; removed by id at the end."""
+    root = tmp_path / "foreign-root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "foreign").write_text("not orch's\n")
+    tar_path = tmp_path / "foreign.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(root / "etc", arcname="etc")
+    repository = f"another-user-{SESSION_ID}/tiny"
+    image_id = engine.import_rootfs(tar_path, repository, "1", [f"LABEL {OWNER_LABEL}=another-user"])
+    yield f"{repository}:1"
+    engine.remove_image(image_id)
+
+
+def test_a_swapped_tarball_is_refused_before_loading_and_moves_no_tag(
+    engine: Engine, handed_over: Path, tiny_foreign_image: str, tmp_path: Path
+) -> None:
+    foreign_image = tiny_foreign_image
+    copy = _linked_copy(handed_over, tmp_path / "handover")
+    manifest = read_manifest(copy)
+    assert engine.image(manifest.image_id) is not None, "the shipped image is on this host: the old lookup passed"
+    foreign_before = _tags_of(engine, foreign_image)
+    (copy / "image.tar.gz").unlink()
+    with (copy / "image.tar.gz").open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1) as packed:
+        engine.save(foreign_image, packed)  # type: ignore[arg-type]
+    reseal(copy)
+    result = orch("verify", str(copy), "--out", str(tmp_path / "verify-out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error[handover-damaged]: image.tar.gz: it holds image sha256:" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert _tags_of(engine, foreign_image) == foreign_before
+    assert not (tmp_path / "verify-out").exists(), "nothing ran"
+
+
+def test_a_tarball_naming_an_existing_tag_loads_untagged_and_the_tag_stays(
+    engine: Engine, handed_over: Path, foreign_objects: ForeignObjects, tmp_path: Path
+) -> None:
+    """The tar's RepoTags and the manifest's image_tag both name another user's tag: checks pass, no tag moves.
+
+    The session's end checks that tag again (conftest.foreign_objects): still on the other user's image.
+    """
+    foreign_image = foreign_objects.tag
+    copy = _linked_copy(handed_over, tmp_path / "handover")
+    manifest = read_manifest(copy)
+    foreign_before = _tags_of(engine, foreign_image)
+    (copy / "image.tar.gz").unlink()
+    retag_tarball(handed_over / "image.tar.gz", copy / "image.tar.gz", [foreign_image])
+    reseal(copy, manifest_update={"image_tag": foreign_image})
+    engine.remove_image(manifest.image_id)  # so that verify really loads it
+    result = orch("verify", str(copy), "--out", str(tmp_path / "verify-out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _tags_of(engine, foreign_image) == foreign_before, "the foreign tag still names the foreign image"
+    loaded_id, loaded_tags = _tags_of(engine, manifest.image_id)
+    assert loaded_tags == (f"orch-handover:{manifest.image_id.removeprefix('sha256:')}",), loaded_tags
+    assert loaded_id == manifest.image_id
+
+
+def test_verify_refuses_a_shipped_dossier_reading_a_host_file_before_any_container(
+    engine: Engine, handed_over: Path, tmp_path: Path
+) -> None:
+    copy = _linked_copy(handed_over, tmp_path / "handover")
+    dossier = copy / "dossier" / "dossier.yaml"
+    text = dossier.read_text().replace("- path: sample/sample.jsonl", "- path: /etc/passwd")
+    dossier.unlink()
+    dossier.write_text(text)
+    reseal(copy)
+    containers_before = session_containers()
+    result = orch("verify", str(copy), "--out", str(tmp_path / "verify-out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "may reference only files inside the folder" in result.stderr
+    assert session_containers() == containers_before
+    assert not (tmp_path / "verify-out").exists()
+
+
+def test_procedure_followed_literally_works_and_the_folder_still_verifies(
+    engine: Engine, handed_over: Path, tmp_path: Path
+) -> None:
+    """Every ```sh block of PROCEDURE.md, in order, run from the folder as written; then nothing was added."""
+    copy = _linked_copy(handed_over, tmp_path / "handover")
+    before = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "orch").write_text(f'#!/bin/sh\nexec {sys.executable} -m orchestrator "$@"\n')
+    (shim / "orch").chmod(0o755)
+    blocks = procedure_blocks((copy / "PROCEDURE.md").read_text())
+    assert len(blocks) >= 7, blocks
+    work = tmp_path / "work"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "\n".join(blocks)],
+        cwd=copy,
+        env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "WORK": str(work)},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert (work / "out" / "embeddings.npy").is_file(), "the by-hand run (weights and data mounted) wrote its output"
+    assert read_report(work / "probe-out" / "report.json").verdict == "passed"
+    assert read_report(work / "verify-out" / "report.json").verdict == "passed"
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before, "the procedure added nothing"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -60,7 +60,10 @@ class FakeEngine:
     def save(self, ref: str, dest: IO[bytes]) -> None:
         raise AssertionError("not used")
 
-    def load(self, source: IO[bytes]) -> list[str]:
+    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]:
+        raise AssertionError("not used")
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
         raise AssertionError("not used")
 
 
