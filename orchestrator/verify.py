@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.build import default_tag
-from orchestrator.dossier.load import LoadedDossier, _referenced_paths, load_dossier
+from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
@@ -108,7 +108,7 @@ def _check_dossier_paths(folder: Path, manifest: Manifest) -> None:
     except (YamlSourceError, ValidationError, ValueError) as exc:
         raise HandoverDamaged(f"{where}: the shipped dossier does not load ({str(exc).splitlines()[0]})") from None
     base = posixpath.dirname(where)
-    for field, relative, is_dir in _referenced_paths(model):
+    for field, relative, is_dir in referenced_paths(model):
         target = posixpath.normpath(posixpath.join(base, relative))
         inside = (
             "\0" not in relative

@@ -54,6 +54,7 @@ __all__ = [
     "file_sha256",
     "fingerprint_mismatch",
     "load_dossier",
+    "referenced_paths",
     "where_differ",
 ]
 
@@ -112,7 +113,7 @@ def _field_path(dotted: str) -> FieldPath:
     return tuple(int(part) if part.isdigit() else part for part in parts)
 
 
-def _referenced_paths(model: Dossier) -> list[tuple[str, str, bool]]:
+def referenced_paths(model: Dossier) -> list[tuple[str, str, bool]]:
     """(field path, relative path, is a folder) for every local file or folder the dossier names."""
     refs: list[tuple[str, str, bool]] = []
     if not model.code.is_git_url:
@@ -378,7 +379,7 @@ def load_dossier(
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     located: list[tuple[str, str, Path, list[TreeFile] | None]] = []
-    for field_name, relative, is_dir in _referenced_paths(reference):
+    for field_name, relative, is_dir in referenced_paths(reference):
         where = Where(file, field_name, doc.line_of(_field_path(field_name)))
         target = locate(root, relative, "folder" if is_dir else "file", where, links)
         tree = list(walk_tree(target, root, where, links)) if is_dir else None
