@@ -19,6 +19,7 @@ import os
 import struct
 import sys
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class ArrayFormatError(ValueError):
     """The file is not what its format promises (bad magic, unsupported dtype, truncated data)."""
 
 
-class Array:
+class Array(ABC):
     """A row-major array read in blocks. Rows: the first axis of a ≥2-D array; a 1-D array is one row."""
 
     def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
@@ -74,8 +75,10 @@ class Array:
     def n_rows(self) -> int:
         return self.shape[0] if len(self.shape) >= 2 else 1
 
+    @abstractmethod
     def _read_units(self, first: int, count: int) -> list[Scalar]:
-        raise NotImplementedError
+        """`count` units (rows, or values of a 1-D array) from unit `first`: held in memory (lists) or read
+        from the file (`.npy`)."""
 
     def _units_per_block(self) -> int:
         return max(1, (1 << 16) // max(1, self._unit))
@@ -104,7 +107,7 @@ class Array:
         """Every value, flattened (for small arrays and tests; checks stream with `blocks`)."""
         return [value for block in self.blocks() for value in block]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op for arrays held in memory; `.npy` arrays close their file
         """Release the file behind the array (also done when it is garbage-collected)."""
 
 

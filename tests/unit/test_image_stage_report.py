@@ -19,22 +19,9 @@ from orchestrator.probe import image_stage
 from orchestrator.report.html import render_html
 from orchestrator.report.markdown import render_markdown
 from orchestrator.report.model import Report, ReportDossier, StageResult
-from tests.compare_sample import Run, make_record
+from tests.compare_sample import CPU_FREEZE, Run, make_record
 
-FREEZE = [
-    "filelock==4.3.1",
-    "fsspec==2026.9.0",
-    "jinja2==3.1.6",
-    "MarkupSafe==3.0.4",
-    "mpmath==1.3.0",
-    "networkx==3.6.1",
-    "numpy==2.4.6",
-    "pip==23.0.1",
-    "setuptools==84.2.1",
-    "sympy==1.14.0",
-    "torch==2.13.0+cpu",
-    "typing_extensions==4.16.0",
-]
+FREEZE = list(CPU_FREEZE)
 
 
 class _NoEngine:
