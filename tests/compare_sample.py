@@ -2,7 +2,7 @@
 
 A `Run` is the handful of facts that differ between two runs of tiny-embeddings; `make_report` and
 `make_record` turn it into the `report.json` and `build.json` that `orch rebuild` writes, with the facts
-shaped as `orchestrator.probe` and `orchestrator.build` shape them. The defaults are the CPU reference
+shaped as `orchestrator.stages.probe` and `orchestrator.stages.build` shape them. The defaults are the CPU reference
 (examples/tiny-embeddings/dossier.yaml); `cuda_reference()` and `cpu_variant_of_cuda()` are the CUDA
 dossier and its declared `cpu` variant.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator.build_record import (
+from orchestrator.model.build_record import (
     BaseImageRef,
     BuildRecord,
     CacheStats,
@@ -22,9 +22,9 @@ from orchestrator.build_record import (
     ImageRef,
     WheelRef,
 )
-from orchestrator.checks import Check
-from orchestrator.inventory import BackendFacts, Inventory, PipCheck
-from orchestrator.report.model import Report, ReportDossier, ReportImage, StageError, StageResult, overall_verdict
+from orchestrator.model.checks import Check
+from orchestrator.model.inventory import BackendFacts, Inventory, PipCheck
+from orchestrator.model.report import Report, ReportDossier, ReportImage, StageError, StageResult, overall_verdict
 from tests.paths import EXAMPLES
 
 DOSSIERS = EXAMPLES / "tiny-embeddings"

@@ -7,8 +7,8 @@ entrypoint argument) carries `<script>`, `&`, `|`, quotes and a backtick to prov
 
 from __future__ import annotations
 
-from orchestrator.checks import Check
-from orchestrator.report.model import Report, ReportDossier, ReportImage, StageError, StageResult
+from orchestrator.model.checks import Check
+from orchestrator.model.report import Report, ReportDossier, ReportImage, StageError, StageResult
 
 HOSTILE = '<script>alert("pwned")</script> Tom & Jerry\'s | `embeddings`'
 IDENTITY = "3f9a1c2b7d4e" + "5a6b7c8d9e0f" * 4 + "0123"

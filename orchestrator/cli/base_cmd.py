@@ -38,9 +38,9 @@ def base(
     log_dir: Path | None,
 ) -> None:
     """Build a Debian base image with Python locally: debootstrap, then docker import. Reuses an existing tag."""
-    from orchestrator.base_image import DEFAULT_MIRROR, BaseRecipe, ensure_base_image
-    from orchestrator.console import make_console
+    from orchestrator.cli.console import make_console
     from orchestrator.engine import connect
+    from orchestrator.stages.base_image import DEFAULT_MIRROR, BaseRecipe, ensure_base_image
 
     recipe = BaseRecipe(suite=suite, mirror=mirror or DEFAULT_MIRROR, snapshot=snapshot, extra_packages=tuple(extra))
     console = make_console()

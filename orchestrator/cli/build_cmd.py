@@ -41,13 +41,13 @@ def build(
     verbose: bool,
 ) -> None:
     """Render the dossier and build its image through the Docker engine; record build.json."""
-    from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.cli.console import make_console
     from orchestrator.cli.progress import stage_progress
     from orchestrator.cli.summary import print_build_summary
-    from orchestrator.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import VerdictFailed
+    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, run_build
 
     console = make_console()
     loaded = load_dossier(dossier, variant=variant)

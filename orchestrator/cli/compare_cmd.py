@@ -26,7 +26,7 @@ def compare(a: Path, b: Path, as_json: bool, markdown_out: Path | None) -> None:
     A difference that a variant declared in the dossier explains is shown as intended, not as a
     regression. Exit 0 when identical or equivalent, 1 when B regressed, 2 on bad input.
     """
-    from orchestrator.compare import compare_sides, load_side, render_compare_markdown
+    from orchestrator.compare.diff import compare_sides, load_side, render_compare_markdown
     from orchestrator.errors import BadInput, VerdictFailed
 
     comparison = compare_sides(load_side(a), load_side(b))
@@ -41,7 +41,7 @@ def compare(a: Path, b: Path, as_json: bool, markdown_out: Path | None) -> None:
         click.echo(comparison.model_dump_json(indent=2))
     else:
         from orchestrator.cli.compare_view import print_compare
-        from orchestrator.console import make_console
+        from orchestrator.cli.console import make_console
 
         print_compare(make_console(), comparison)
     if comparison.verdict == "regressed":

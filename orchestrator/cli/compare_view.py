@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.compare import (
+from orchestrator.compare.diff import (
     OVERALL_TEXT,
     VERDICT_TEXT,
     Comparison,

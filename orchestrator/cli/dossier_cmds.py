@@ -19,8 +19,8 @@ variant_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
     """Check a dossier: schema, referenced files and their fingerprints, lock, and coherence with the vendor tables."""
+    from orchestrator.cli.console import make_console
     from orchestrator.cli.progress import hash_progress
-    from orchestrator.console import make_console
     from orchestrator.dossier.load import declared_fingerprints, load_dossier
 
     # The bar goes to stderr: with --json, stdout holds only the JSON document.
@@ -126,21 +126,21 @@ def schema(out: Path | None, fmt: str) -> None:
 )
 def render(dossier: Path, out: Path | None, variant: str | None, dockerfile_only: bool, ca_bundle: Path | None) -> None:
     """Render the Dockerfile and write the build context to --out."""
-    from orchestrator.console import make_console
+    from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.errors import BadInput
-    from orchestrator.plan import make_plan
+    from orchestrator.plan.build import make_plan
 
     if out is None and not dockerfile_only:
         raise BadInput("orch render needs --out DIR (or --dockerfile-only to print the Dockerfile)")
     loaded = load_dossier(dossier, variant=variant)
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
     if dockerfile_only:
-        from orchestrator.render import render_dockerfile
+        from orchestrator.render.dockerfile import render_dockerfile
 
         click.echo(render_dockerfile(plan), nl=False)
         return
-    from orchestrator.context import write_context
+    from orchestrator.stages.context import write_context
 
     assert out is not None
     console = make_console()

@@ -24,10 +24,10 @@ from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
 @variant_option
 def handover(dossier: Path, out: Path, source: Path | None, variant: str | None) -> None:
     """Write a hand-over folder: saved image, dossier, Dockerfile, lock, inventory, reports, procedure, checksums."""
-    from orchestrator.console import make_console
+    from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
-    from orchestrator.handover import write_handover
+    from orchestrator.stages.handover import write_handover
 
     loaded = load_dossier(dossier, variant=variant)
     if source is None:
@@ -61,10 +61,10 @@ def verify(folder: Path, out: Path | None) -> None:
     """Replay a hand-over folder: check its files and image tarball, load the image untagged, probe again, compare."""
     from rich.table import Table
 
-    from orchestrator.console import make_console
+    from orchestrator.cli.console import make_console
     from orchestrator.engine import connect
     from orchestrator.errors import BadInput, VerdictFailed
-    from orchestrator.verify import check_handover, verify_handover
+    from orchestrator.stages.verify import check_handover, verify_handover
 
     folder = folder.resolve()
     target = (out or folder.with_name(folder.name + ".verify")).resolve()

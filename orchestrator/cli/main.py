@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OrchError, OSError) as exc:
         # A full disk or an unreadable folder can strike any write: it is said like any other error,
         # with its file, exit 3 and no traceback. (rich is imported only here: `orch --help` stays fast.)
-        from orchestrator.console import print_error
+        from orchestrator.cli.console import print_error
 
         error = exc if isinstance(exc, OrchError) else from_os_error(exc)
         print_error(error)

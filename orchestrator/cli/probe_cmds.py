@@ -11,13 +11,13 @@ from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
 
 if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from orchestrator.dossier.load import LoadedDossier
-    from orchestrator.report.model import Report
+    from orchestrator.model.report import Report
 
 
 def _finish(report_out: Path, report: Report) -> None:
     """Write every format, print the summary, and turn a failed verdict into exit 1."""
+    from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_report_summary
-    from orchestrator.console import make_console
     from orchestrator.errors import VerdictFailed
     from orchestrator.report.write import write_report
 
@@ -41,10 +41,10 @@ def _finish(report_out: Path, report: Report) -> None:
 @variant_option
 def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> None:
     """Probe an image layer by layer: image, host driver, device visibility, sample results."""
-    from orchestrator.console import make_console
+    from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
-    from orchestrator.probe import ProbeOptions, run_probe
+    from orchestrator.stages.probe import ProbeOptions, run_probe
 
     loaded = load_dossier(dossier, variant=variant)
     engine = connect()
@@ -72,12 +72,12 @@ def run_rebuild(
     network: str | None = None,
 ) -> Report:
     """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
-    from orchestrator.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.cli.console import make_console
     from orchestrator.cli.progress import stage_progress
     from orchestrator.cli.summary import print_build_summary
-    from orchestrator.console import make_console
     from orchestrator.engine import connect
-    from orchestrator.probe import ProbeOptions, run_probe, stages_after_failed_build
+    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.stages.probe import ProbeOptions, run_probe, stages_after_failed_build
 
     engine = connect()
     console = make_console()
@@ -149,9 +149,9 @@ def rebuild(
     loaded = load_dossier(dossier, variant=variant)
     run_rebuild(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, raise_on_failure=True, network=network)
     if handover_dir is not None:
-        from orchestrator.console import make_console
+        from orchestrator.cli.console import make_console
         from orchestrator.engine import connect
-        from orchestrator.handover import write_handover
+        from orchestrator.stages.handover import write_handover
 
         console = make_console()
         engine = connect()
@@ -169,12 +169,12 @@ def rebuild(
 @click.option("--json", "as_json", is_flag=True, help="Print the host facts as JSON.")
 def doctor(dossier: Path | None, variant: str | None, as_json: bool) -> None:
     """Diagnose this host: GPU driver, the daemon's GPU support, and whether it can run a dossier's image on its GPU."""
+    from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_doctor
-    from orchestrator.console import make_console
-    from orchestrator.doctor import diagnose
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import VerdictFailed
+    from orchestrator.pipeline.doctor import diagnose
 
     loaded = load_dossier(dossier, variant=variant) if dossier else None
     engine = connect()
@@ -203,8 +203,8 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
 
     from orchestrator import __version__
     from orchestrator.host.collect import collect_host_facts
-    from orchestrator.probe import not_run, run_host_mode
-    from orchestrator.report.model import Report, ReportDossier, overall_verdict
+    from orchestrator.model.report import Report, ReportDossier, overall_verdict
+    from orchestrator.stages.probe import not_run, run_host_mode
 
     interpreter = python or shutil.which("python3") or "python3"
     host, device = run_host_mode(

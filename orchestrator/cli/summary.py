@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.build_record import BuildRecord
-from orchestrator.doctor import Diagnosis
-from orchestrator.report.model import Report
+from orchestrator.model.build_record import BuildRecord
+from orchestrator.model.report import Report
+from orchestrator.pipeline.doctor import Diagnosis
 
 
 def print_build_summary(console: Console, record: BuildRecord, out: Path) -> None:

@@ -23,7 +23,6 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from orchestrator.build_log import explain_removed_image, first_error
 from orchestrator.engine import (
     MANAGED_LABEL,
     BuildOutcome,
@@ -33,6 +32,7 @@ from orchestrator.engine import (
     RunOutcome,
     RunSpec,
 )
+from orchestrator.engine.build_log import explain_removed_image, first_error
 from orchestrator.engine.labels import extra_labels_from_environment
 from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
 from orchestrator.redact import redact

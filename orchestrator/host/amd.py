@@ -14,8 +14,8 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from orchestrator.host.facts import AmdDriverFacts, AmdGpu
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
+from orchestrator.model.host import AmdDriverFacts, AmdGpu
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE_VERSION = "sys/module/amdgpu/version"

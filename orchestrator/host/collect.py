@@ -9,9 +9,9 @@ from pathlib import Path
 from orchestrator.engine import EngineInfo
 from orchestrator.host.amd import collect_amd
 from orchestrator.host.docker_gpu import collect_docker_gpu
-from orchestrator.host.facts import CpuFacts, DockerGpuFacts, HostFacts
 from orchestrator.host.nvidia import collect_nvidia
 from orchestrator.host.tools import Runner, subprocess_runner
+from orchestrator.model.host import CpuFacts, DockerGpuFacts, HostFacts
 
 
 def collect_host_facts(

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.host.facts import DockerGpuFacts
+from orchestrator.model.host import DockerGpuFacts
 
 #: Where CDI looks when the daemon names no spec dirs (the CDI defaults: static specs, then generated ones).
 DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from orchestrator.host.facts import NvidiaDriverFacts, NvidiaGpu
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
+from orchestrator.model.host import NvidiaDriverFacts, NvidiaGpu
 
 KernelModule = Literal["open", "proprietary"]
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from orchestrator.checks import Check
-from orchestrator.report.model import Report, StageError, StageResult
+from orchestrator.model.checks import Check
+from orchestrator.model.report import Report, StageError, StageResult
 from orchestrator.report.view import clean, format_seconds, one_line, ordered_stages
 
 FIRST_ERROR_CASE = "first error"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.checks import Check
-from orchestrator.report.model import Report, StageResult
+from orchestrator.model.checks import Check
+from orchestrator.model.report import Report, StageResult
 from orchestrator.report.view import (
     STATUS_LABEL,
     checks_summary,

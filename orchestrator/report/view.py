@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.checks import Check
-from orchestrator.report.model import STAGES, Report, StageName, StageResult
+from orchestrator.model.checks import Check
+from orchestrator.model.report import STAGES, Report, StageName, StageResult
 
 #: A list longer than this shows its first items and a count of the rest.
 MAX_LIST_ITEMS = 8

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from orchestrator.documents import read_document
 from orchestrator.fsutil import atomic_write_text
+from orchestrator.model.report import REPORT_FORMAT, Report
 from orchestrator.report.html import render_html
 from orchestrator.report.junit import render_junit
 from orchestrator.report.markdown import render_markdown
-from orchestrator.report.model import REPORT_FORMAT, Report
 
 #: Format → file name inside the report folder. Names are part of the contract (CI picks up junit.xml).
 FILES = {"json": "report.json", "markdown": "report.md", "html": "report.html", "junit": "junit.xml"}

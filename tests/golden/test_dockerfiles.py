@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import load_dossier
-from orchestrator.plan import make_plan
-from orchestrator.render import render_dockerfile
+from orchestrator.plan.build import make_plan
+from orchestrator.render.dockerfile import render_dockerfile
 from orchestrator.resources import templates_root
 from tests.paths import EXAMPLES, GOLDEN
 

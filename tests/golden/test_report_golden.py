@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
+from orchestrator.model.report import Report
 from orchestrator.report.html import render_html
 from orchestrator.report.junit import render_junit
 from orchestrator.report.markdown import render_markdown
-from orchestrator.report.model import Report
 from tests.paths import GOLDEN
 from tests.report_sample import sample_report
 

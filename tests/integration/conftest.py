@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 import docker
 import pytest
 
-from orchestrator.base_image import BaseOutcome, BaseRecipe, ensure_base_image
-from orchestrator.build import BuildOptions, run_build
-from orchestrator.build_record import BuildRecord
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, connect
 from orchestrator.engine.labels import ENV_VAR
 from orchestrator.errors import EngineUnavailable
+from orchestrator.model.build_record import BuildRecord
+from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_image
+from orchestrator.stages.build import BuildOptions, run_build
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, session_containers
 from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build import BuildOptions, run_build
 
 
 def test_one_changed_package_is_named_exactly(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
-from orchestrator.build_context import context_tar
 from orchestrator.engine import Engine, connect
 from orchestrator.errors import EngineUnavailable
+from orchestrator.stages.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
+from orchestrator.stages.build_context import context_tar
 from tests.integration.helpers import SESSION_FILTER, SESSION_ID
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.base_image import BaseOutcome
 from orchestrator.engine import Engine
 from orchestrator.report.write import read_report
+from orchestrator.stages.base_image import BaseOutcome
 from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import Engine
-from orchestrator.handover import procedure_blocks, read_manifest, write_handover
-from orchestrator.probe import ProbeOptions, run_probe
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.handover import procedure_blocks, read_manifest, write_handover
+from orchestrator.stages.probe import ProbeOptions, run_probe
 from tests.handover_craft import reseal, retag_tarball
 from tests.integration.foreign import OWNER_LABEL, ForeignObjects
 from tests.integration.helpers import SESSION_ID, orch, session_containers
@@ -214,7 +214,7 @@ def test_a_canary_credential_is_nowhere_in_the_handover(
 ) -> None:
     wheels = tmp_path / "wheels"
     loaded_reference = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
-    from orchestrator.wheelhouse import TargetPlatform, collect_wheels
+    from orchestrator.stages.wheelhouse import TargetPlatform, collect_wheels
 
     collect_wheels(loaded_reference.lock, TargetPlatform("3.11", "2.36"), wheels)
     with serve_index(sorted(wheels.glob("*.whl")), credentials=f"{CANARY_USER}:{CANARY_SECRET}") as (url, state):

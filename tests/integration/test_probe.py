@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.engine import Engine
-from orchestrator.probe import ProbeOptions, run_probe
-from orchestrator.report.model import Report
+from orchestrator.model.report import Report
 from orchestrator.report.write import read_report
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.probe import ProbeOptions, run_probe
 from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 

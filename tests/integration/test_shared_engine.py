@@ -7,9 +7,9 @@ from pathlib import Path
 
 import docker
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build_context import context_tar
 from orchestrator.engine import Engine
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build_context import context_tar
 from tests.integration.foreign import ForeignBuildInProgress, ForeignObjects
 from tests.integration.helpers import SESSION_FILTER, SESSION_ID, session_containers
 from tests.integration.housekeeping import remove_session_images, session_images

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build_context import context_tar
-from orchestrator.context import write_context
 from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.engine import Engine, Mount, RunSpec
-from orchestrator.plan import RUNTIME_UID, make_plan, with_stage_labels
+from orchestrator.plan.build import RUNTIME_UID, make_plan, with_stage_labels
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build_context import context_tar
+from orchestrator.stages.context import write_context
 from tests.integration.helpers import SESSION_ID
 from tests.paths import EXAMPLES
 

@@ -14,11 +14,11 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.base_image import BaseOutcome
-from orchestrator.build import BuildOptions, run_build
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, RunSpec
 from orchestrator.errors import DossierError
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build import BuildOptions, run_build
 from tests.integration.helpers import orch
 
 CANARY = "ORCH-CANARY-c0d3-host-secret-" + uuid.uuid4().hex[:8]

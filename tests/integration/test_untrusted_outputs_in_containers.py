@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.base_image import BaseOutcome
 from orchestrator.report.write import read_report
+from orchestrator.stages.base_image import BaseOutcome
 from tests.integration.helpers import orch
 
 CANARY = "host-canary-5b21e0-never-in-a-report"

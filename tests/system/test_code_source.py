@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.code_source import copy_code, inspect_code
 from orchestrator.dossier.load import load_dossier
 from orchestrator.errors import BadInput
+from orchestrator.stages.code_source import copy_code, inspect_code
 from tests.paths import EXAMPLES
 
 

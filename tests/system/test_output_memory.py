@@ -18,7 +18,7 @@ SCRIPT = """
 import resource, shutil, struct, sys
 from pathlib import Path
 from orchestrator.dossier.load import load_dossier
-from orchestrator.sample_checks import sample_checks
+from orchestrator.checks.sample import sample_checks
 
 tiny, out, size_mib = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 loaded = load_dossier(tiny / "dossier.yaml")

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.build_context import context_tar
-from orchestrator.code_source import copy_code, inspect_code
-from orchestrator.context import MARKER, write_context
 from orchestrator.dossier.load import load_dossier
 from orchestrator.errors import BadInput, DossierError
-from orchestrator.handover import _copy_dossier
-from orchestrator.plan import make_plan
+from orchestrator.plan.build import make_plan
+from orchestrator.stages.build_context import context_tar
+from orchestrator.stages.code_source import copy_code, inspect_code
+from orchestrator.stages.context import MARKER, write_context
+from orchestrator.stages.handover import _copy_dossier
 from tests.paths import EXAMPLES
 
 CANARY = b"ORCH-CANARY-7a33e1b0-host-secret"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.arrays import ArrayFormatError, from_json_value, read_npy
+from orchestrator.checks.arrays import ArrayFormatError, from_json_value, read_npy
+from orchestrator.checks.sample import compare, sample_checks
 from orchestrator.dossier.load import load_dossier
 from orchestrator.dossier.models import AllCloseComparison, CosineComparison, ExactComparison, MaxAbsComparison
-from orchestrator.probe import GpuMapping, device_checks
-from orchestrator.sample_checks import compare, sample_checks
+from orchestrator.stages.probe import GpuMapping, device_checks
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"

@@ -6,10 +6,10 @@ from typing import IO
 
 import pytest
 
-from orchestrator import base_image
-from orchestrator.base_image import LABEL, BaseRecipe, ensure_base_image, image_changes
 from orchestrator.engine import BuildOutcome, EngineInfo, ImageInfo, Network, RunOutcome, RunSpec
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
+from orchestrator.stages import base_image
+from orchestrator.stages.base_image import LABEL, BaseRecipe, ensure_base_image, image_changes
 
 
 class FakeEngine:

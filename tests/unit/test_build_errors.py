@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.build_log import first_error, missing_pin
 from orchestrator.dossier.lock import parse_lock
+from orchestrator.engine.build_log import first_error, missing_pin
 from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.errors import BadInput, EnvironmentFailure
-from orchestrator.wheelhouse import TargetPlatform, WheelhouseError, collect_wheels
+from orchestrator.stages.wheelhouse import TargetPlatform, WheelhouseError, collect_wheels
 
 # pip 26's output for a lock whose pins conflict (captured from `pip download -r` of two packaging pins).
 CONFLICT = """\
@@ -219,10 +219,10 @@ class _BuildEngine:
 
 
 def _run_build(tiny_example: Path, monkeypatch: pytest.MonkeyPatch, engine: Any, tmp_path: Path) -> Any:
-    from orchestrator import build as build_module
-    from orchestrator.code_source import CodeState
-    from orchestrator.context import RenderedContext
     from orchestrator.dossier.load import load_dossier
+    from orchestrator.stages import build as build_module
+    from orchestrator.stages.code_source import CodeState
+    from orchestrator.stages.context import RenderedContext
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     state = CodeState("folder", "app", None, False, None, "0" * 64)
@@ -293,7 +293,7 @@ def test_a_pin_whose_hash_belongs_to_another_version_is_bad_input(tmp_path: Path
 
 
 def test_a_long_list_of_offered_versions_shows_the_newest() -> None:
-    from orchestrator.build_log import MissingPin, pin_not_found
+    from orchestrator.engine.build_log import MissingPin, pin_not_found
 
     versions = tuple(f"1.{minor}" for minor in range(40))
     error = pin_not_found(parse_lock("demo==9.9\n"), "r.lock", MissingPin("demo==9.9", versions), "the indexes")

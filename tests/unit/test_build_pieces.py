@@ -5,12 +5,12 @@ import os
 import tarfile
 from pathlib import Path
 
-from orchestrator.build_context import FIXED_MTIME, context_tar
-from orchestrator.build_log import cache_stats
-from orchestrator.checks import first_failure
+from orchestrator.checks.image import image_checks
 from orchestrator.dossier.load import load_dossier
-from orchestrator.image_checks import image_checks
-from orchestrator.inventory import diff_inventories, parse_freeze, parse_inventory
+from orchestrator.engine.build_log import cache_stats
+from orchestrator.model.checks import first_failure
+from orchestrator.model.inventory import diff_inventories, parse_freeze, parse_inventory
+from orchestrator.stages.build_context import FIXED_MTIME, context_tar
 from tests.paths import EXAMPLES
 
 LOG = """Step 1/6 : FROM base AS builder

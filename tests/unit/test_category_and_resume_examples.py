@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.arrays import read_npy
-from orchestrator.checks import Check
+from orchestrator.checks.arrays import read_npy
+from orchestrator.checks.sample import sample_checks
 from orchestrator.dossier.load import file_sha256, load_dossier
-from orchestrator.probe import verify_fingerprints
-from orchestrator.sample_checks import sample_checks
+from orchestrator.model.checks import Check
+from orchestrator.stages.probe import verify_fingerprints
 from tests.paths import EXAMPLES
 
 CATEGORIES = EXAMPLES / "same-categories"

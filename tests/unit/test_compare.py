@@ -12,7 +12,7 @@ from rich.console import Console
 
 from orchestrator.cli.compare_view import print_compare
 from orchestrator.cli.main import main
-from orchestrator.compare import (
+from orchestrator.compare.diff import (
     Comparison,
     Side,
     compare_sides,
@@ -21,7 +21,7 @@ from orchestrator.compare import (
     resolve_variant,
 )
 from orchestrator.errors import BadInput
-from orchestrator.inventory import PackageChange
+from orchestrator.model.inventory import PackageChange
 from tests.compare_sample import (
     CPU_FREEZE,
     Run,

@@ -13,7 +13,7 @@ from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo, RunOutcome, RunSpec
 from orchestrator.errors import DossierError
 from orchestrator.host.collect import collect_host_facts, parse_cpuinfo
-from orchestrator.host.facts import HostFacts
+from orchestrator.model.host import HostFacts
 from tests.paths import GOLDEN
 from tests.unit.host_fakes import FakeRun
 
@@ -79,7 +79,7 @@ def test_host_facts_carry_the_cpu(tmp_path: Path) -> None:
 
 
 def test_the_host_stage_reports_the_cpu(tiny_example: Path) -> None:
-    from orchestrator.probe import host_stage
+    from orchestrator.stages.probe import host_stage
 
     cpu = parse_cpuinfo(CPUINFO)
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=cpu)
@@ -108,8 +108,8 @@ def _with_knobs(tiny_example: Path) -> Path:
 
 
 def test_the_device_stage_reports_torchs_cpu_capability_under_the_pinned_knobs(tiny_example: Path) -> None:
-    from orchestrator.host.facts import CompatVerdict
-    from orchestrator.probe import GpuMapping, device_stage
+    from orchestrator.model.host import CompatVerdict
+    from orchestrator.stages.probe import GpuMapping, device_stage
 
     found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX2"}
     engine = _DeviceEngine(found)
@@ -122,7 +122,7 @@ def test_the_device_stage_reports_torchs_cpu_capability_under_the_pinned_knobs(t
 
 
 def test_a_dossier_pins_the_cpu_knobs_and_the_sample_gets_them(tiny_example: Path) -> None:
-    from orchestrator.probe import sample_environment
+    from orchestrator.stages.probe import sample_environment
 
     loaded = load_dossier(_with_knobs(tiny_example))
     env = sample_environment(loaded)
@@ -162,7 +162,7 @@ def test_doctor_prints_the_cpu() -> None:
     from rich.console import Console
 
     from orchestrator.cli.summary import print_doctor
-    from orchestrator.doctor import Diagnosis
+    from orchestrator.pipeline.doctor import Diagnosis
 
     buffer = io.StringIO()
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=parse_cpuinfo(CPUINFO))
@@ -172,8 +172,8 @@ def test_doctor_prints_the_cpu() -> None:
 
 
 def _side_with_cpu(flags: list[str], capability: str) -> Any:
-    from orchestrator.compare import Side
-    from orchestrator.report.model import StageResult
+    from orchestrator.compare.diff import Side
+    from orchestrator.model.report import StageResult
     from tests.compare_sample import Run, make_report
 
     report = make_report(Run())
@@ -189,7 +189,7 @@ def _side_with_cpu(flags: list[str], capability: str) -> Any:
 
 
 def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
-    from orchestrator.compare import compare_sides
+    from orchestrator.compare.diff import compare_sides
 
     a = _side_with_cpu(["avx", "fma", "avx2"], "AVX2")
     b = _side_with_cpu(["avx", "fma", "avx2", "avx512f", "amx_tile"], "AVX512")
@@ -204,7 +204,7 @@ def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
 def test_host_mode_reports_the_cpu_and_torchs_capability() -> None:
     import subprocess
 
-    from orchestrator.probe import run_host_mode
+    from orchestrator.stages.probe import run_host_mode
 
     found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX512"}
 

@@ -7,8 +7,8 @@ import pytest
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine.labels import extra_labels_from_environment, parse_extra_labels
 from orchestrator.errors import BadInput
-from orchestrator.plan import make_plan, with_stage_labels
-from orchestrator.render import render_dockerfile
+from orchestrator.plan.build import make_plan, with_stage_labels
+from orchestrator.render.dockerfile import render_dockerfile
 from tests.paths import EXAMPLES
 
 

@@ -27,11 +27,11 @@ from orchestrator.cli.main import main
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo
 from orchestrator.errors import EnvironmentFailure, HandoverDamaged
-from orchestrator.handover import Manifest
-from orchestrator.handover_folder import safe_relative
-from orchestrator.image_tar import inspect_image_tar, untagged_stream
-from orchestrator.report.model import ReportImage
-from orchestrator.verify import check_handover, load_checked_image
+from orchestrator.model.report import ReportImage
+from orchestrator.stages.handover import Manifest
+from orchestrator.stages.handover_folder import safe_relative
+from orchestrator.stages.image_tar import inspect_image_tar, untagged_stream
+from orchestrator.stages.verify import check_handover, load_checked_image
 from tests.handover_craft import image_config, image_tarball, reseal, sha256_file
 from tests.paths import EXAMPLES
 from tests.report_sample import sample_report

@@ -12,9 +12,9 @@ import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo
-from orchestrator.handover import _copy_dossier, _procedure_md, procedure_blocks
-from orchestrator.probe import ProbeOptions, run_probe
-from orchestrator.report.model import StageResult
+from orchestrator.model.report import StageResult
+from orchestrator.stages.handover import _copy_dossier, _procedure_md, procedure_blocks
+from orchestrator.stages.probe import ProbeOptions, run_probe
 from tests.paths import EXAMPLES
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -106,7 +106,7 @@ def test_a_failed_image_stage_stops_the_later_stages_when_asked(
     loaded: LoadedDossier, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failed = StageResult(name="image", status="failed")
-    monkeypatch.setattr("orchestrator.probe.image_stage", lambda *args, **kwargs: (failed, None))
+    monkeypatch.setattr("orchestrator.stages.probe.image_stage", lambda *args, **kwargs: (failed, None))
     report = run_probe(
         loaded,
         _NoContainers(),  # type: ignore[arg-type]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.host.compat import (
+from orchestrator.checks.host import (
     cuda_verdict,
     gpu_datacenter,
     parse_require_cuda,
@@ -10,8 +10,8 @@ from orchestrator.host.compat import (
     rocm_kmd_support,
     rocm_verdict,
 )
-from orchestrator.host.facts import AmdDriverFacts, AmdGpu, NvidiaDriverFacts
 from orchestrator.host.nvidia import parse_proc_version
+from orchestrator.model.host import AmdDriverFacts, AmdGpu, NvidiaDriverFacts
 
 # NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.4.1 (gpu-domain.md §4.2), its first clauses.
 REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from orchestrator.build import write_record
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo
-from orchestrator.inventory import parse_inventory
-from orchestrator.probe import image_stage
+from orchestrator.model.inventory import parse_inventory
+from orchestrator.model.report import Report, ReportDossier, StageResult
 from orchestrator.report.html import render_html
 from orchestrator.report.markdown import render_markdown
-from orchestrator.report.model import Report, ReportDossier, StageResult
+from orchestrator.stages.build import write_record
+from orchestrator.stages.probe import image_stage
 from tests.compare_sample import CPU_FREEZE, Run, make_record
 
 FREEZE = list(CPU_FREEZE)
@@ -78,8 +78,9 @@ def test_a_probe_of_an_earlier_build_says_where_the_build_time_went(tiny_example
 def test_rebuild_tells_the_probe_that_the_image_was_built_in_this_run(
     tiny_example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import build, engine, probe
+    from orchestrator import engine
     from orchestrator.cli import probe_cmds, progress, summary
+    from orchestrator.stages import build, probe
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     run = Run(name=loaded.model.name, identity=loaded.identity, image_id="sha256:" + "d" * 64, freeze=tuple(FREEZE))

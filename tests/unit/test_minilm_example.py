@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checks import Check
+from orchestrator.checks.sample import sample_checks
 from orchestrator.dossier.load import load_dossier
-from orchestrator.sample_checks import sample_checks
+from orchestrator.model.checks import Check
 from tests.paths import EXAMPLES
 
 MINILM = EXAMPLES / "minilm-embeddings"

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import EngineInfo
-from orchestrator.host.facts import HostFacts
+from orchestrator.model.host import HostFacts
 
 NO_GPU_HOST = HostFacts(kernel="6.1.0", nvidia=None, amd=None, docker=None)
 
@@ -35,7 +35,7 @@ def _without_variants(folder: Path, name: str) -> Path:
 
 
 def test_probe_of_a_never_built_dossier_says_the_app_image_is_not_built(tiny_example: Path, tmp_path: Path) -> None:
-    from orchestrator.probe import ProbeOptions, run_probe
+    from orchestrator.stages.probe import ProbeOptions, run_probe
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     with pytest.raises(Exception) as caught:
@@ -48,7 +48,7 @@ def test_probe_of_a_never_built_dossier_says_the_app_image_is_not_built(tiny_exa
 
 
 def test_probe_of_a_missing_image_given_with_image_names_it(tiny_example: Path, tmp_path: Path) -> None:
-    from orchestrator.probe import ProbeOptions, run_probe
+    from orchestrator.stages.probe import ProbeOptions, run_probe
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     with pytest.raises(Exception) as caught:
@@ -58,7 +58,7 @@ def test_probe_of_a_missing_image_given_with_image_names_it(tiny_example: Path, 
 
 
 def test_doctor_names_the_declared_cpu_variant(tiny_example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import doctor
+    from orchestrator.pipeline import doctor
 
     monkeypatch.setattr(doctor, "collect_host_facts", lambda info: NO_GPU_HOST)
     diagnosis = doctor.diagnose(_EmptyEngine(), load_dossier(tiny_example / "dossier-cuda.yaml"))  # type: ignore[arg-type]
@@ -71,7 +71,7 @@ def test_doctor_names_the_declared_cpu_variant(tiny_example: Path, monkeypatch: 
 def test_doctor_suggests_no_variant_a_dossier_does_not_declare(
     name: str, tiny_example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import doctor
+    from orchestrator.pipeline import doctor
 
     monkeypatch.setattr(doctor, "collect_host_facts", lambda info: NO_GPU_HOST)
     loaded = load_dossier(_without_variants(tiny_example, name))
@@ -83,7 +83,7 @@ def test_doctor_suggests_no_variant_a_dossier_does_not_declare(
 
 def test_the_probes_host_stage_gives_the_same_advice(tiny_example: Path) -> None:
     from orchestrator.engine import ImageInfo
-    from orchestrator.probe import host_stage
+    from orchestrator.stages.probe import host_stage
 
     image = ImageInfo(
         id="sha256:" + "a" * 64, tags=(), labels={}, env={"CUDA_VERSION": "12.4.1"}, repo_digests=(), size=1

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.dossier.load import load_dossier
-from orchestrator.plan import RUNTIME_UID, make_plan
-from orchestrator.render import render_dockerfile
+from orchestrator.plan.build import RUNTIME_UID, make_plan
+from orchestrator.render.dockerfile import render_dockerfile
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"

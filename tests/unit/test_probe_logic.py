@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo
-from orchestrator.host.facts import DockerGpuFacts, HostFacts, NvidiaDriverFacts, NvidiaGpu
-from orchestrator.probe import host_stage, plan_gpu_mapping
+from orchestrator.model.host import DockerGpuFacts, HostFacts, NvidiaDriverFacts, NvidiaGpu
+from orchestrator.stages.probe import host_stage, plan_gpu_mapping
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"
@@ -77,7 +77,7 @@ def test_host_stage_passes_with_a_fitting_driver_and_runtime() -> None:
 
 
 def test_forward_compatibility_needs_a_datacenter_gpu_and_compat_libs_in_the_image() -> None:
-    from orchestrator.inventory import parse_inventory
+    from orchestrator.model.inventory import parse_inventory
 
     loaded = load_dossier(TINY / "dossier-cuda.yaml", variant="local-cuda13")
     host = _host(

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checks import Check
 from orchestrator.errors import BadInput
+from orchestrator.model.checks import Check
+from orchestrator.model.report import STAGES, Report, StageError, StageResult
 from orchestrator.report.html import render_html
 from orchestrator.report.junit import render_junit
 from orchestrator.report.markdown import render_markdown
-from orchestrator.report.model import STAGES, Report, StageError, StageResult
 from orchestrator.report.view import MAX_LIST_ITEMS, flatten_facts, ordered_stages
 from orchestrator.report.write import read_report, write_report
 from orchestrator.resources import report_templates_root
@@ -390,7 +390,7 @@ def test_read_report_refuses_missing_foreign_and_broken_files(report: Report, tm
 
 
 def test_a_damaged_build_record_is_bad_input_naming_file_and_field(tmp_path: Path) -> None:
-    from orchestrator.build import read_record
+    from orchestrator.stages.build import read_record
 
     path = tmp_path / "build.json"
     path.write_text(json.dumps({"format": "orch.build/1", "status": "built"}))

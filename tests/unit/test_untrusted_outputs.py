@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.arrays import read_npy
-from orchestrator.build import run_inventory
-from orchestrator.checks import Check
+from orchestrator.checks.arrays import read_npy
+from orchestrator.checks.sample import compare, read_output, sample_checks, where
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.dossier.models import CosineComparison, LimitsSpec, MaxAbsComparison
 from orchestrator.engine import ImageInfo, RunOutcome, RunSpec, describe_exit
-from orchestrator.host.facts import CompatVerdict
-from orchestrator.probe import GpuMapping, device_stage, sample_stage
-from orchestrator.sample_checks import compare, read_output, sample_checks, where
+from orchestrator.model.checks import Check
+from orchestrator.model.host import CompatVerdict
+from orchestrator.stages.build import run_inventory
+from orchestrator.stages.probe import GpuMapping, device_stage, sample_stage
 from orchestrator.untrusted import (
     CappedStream,
     OutputMissing,
@@ -241,7 +241,7 @@ def test_checking_a_large_npy_keeps_python_memory_bounded(out: Path) -> None:
 
 
 def test_max_abs_names_the_row_id_and_column_of_the_worst_difference(out: Path) -> None:
-    from orchestrator.arrays import from_json_value
+    from orchestrator.checks.arrays import from_json_value
 
     reference = from_json_value([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     observed = from_json_value([[0.0, 0.001, 0.0], [0.0, 0.0, -0.5]])
@@ -253,7 +253,7 @@ def test_max_abs_names_the_row_id_and_column_of_the_worst_difference(out: Path) 
 
 
 def test_cosine_shows_the_digits_that_differ_from_the_threshold() -> None:
-    from orchestrator.arrays import from_json_value
+    from orchestrator.checks.arrays import from_json_value
 
     row = [0.6, 0.8]
     turned = [0.6 + 1e-6, 0.8 - 0.75e-6]  # cosine 1 - 7.8e-13: printed as "1" before
@@ -387,7 +387,7 @@ def test_a_linked_determinism_record_is_a_failed_check_and_leaks_nothing(tmp_pat
 
 
 def test_a_json_output_with_an_integer_beyond_64_bits_is_refused(out: Path) -> None:
-    from orchestrator.arrays import json_array
+    from orchestrator.checks.arrays import json_array
 
     with pytest.raises(UnsafeOutput, match="does not fit in 64 bits"):
         json_array(b"[1.5, " + b"9" * 30 + b"]", "json", "sample-output/labels.json")

@@ -137,7 +137,7 @@ def test_validate_drives_the_bar_with_every_byte_it_hashes(
 
 
 def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
-    from orchestrator.probe import sample_stage, verify_fingerprints
+    from orchestrator.stages.probe import sample_stage, verify_fingerprints
 
     dossier = _example(tmp_path, "same-categories")
     loaded = load_dossier(dossier)
@@ -160,7 +160,7 @@ def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
 
 
 def test_a_reference_output_fingerprint_failure_shows_both_hashes(tmp_path: Path) -> None:
-    from orchestrator.sample_checks import output_checks
+    from orchestrator.checks.sample import output_checks
 
     dossier = _example(tmp_path, "minilm-embeddings")
     loaded = load_dossier(dossier)

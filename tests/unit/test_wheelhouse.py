@@ -10,7 +10,7 @@ import pytest
 from orchestrator.dossier.lock import parse_lock
 from orchestrator.dossier.models import IndexSpec
 from orchestrator.errors import BadInput
-from orchestrator.wheelhouse import (
+from orchestrator.stages.wheelhouse import (
     TargetPlatform,
     WheelhouseError,
     collect_wheels,

@@ -13,7 +13,7 @@ from functools import cache
 
 from packaging.version import InvalidVersion, Version
 
-from orchestrator.host.facts import AmdDriverFacts, CompatStatus, CompatVerdict, NvidiaDriverFacts
+from orchestrator.model.host import AmdDriverFacts, CompatStatus, CompatVerdict, NvidiaDriverFacts
 from orchestrator.resources import data_json
 from orchestrator.vendor import CudaDriverRequirement, cuda_driver_requirements, torch_local_tag
 

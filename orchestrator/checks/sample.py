@@ -16,8 +16,7 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
-from orchestrator.arrays import Array, ArrayFormatError, Scalar, json_array, npy_from_fd, read_reference
-from orchestrator.checks import Check
+from orchestrator.checks.arrays import Array, ArrayFormatError, Scalar, json_array, npy_from_fd, read_reference
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
     AllCloseComparison,
@@ -30,6 +29,7 @@ from orchestrator.dossier.models import (
     NearestNeighbourCheck,
     OutputSpec,
 )
+from orchestrator.model.checks import Check
 from orchestrator.untrusted import OutputMissing, UnsafeOutput, open_output, read_output_json
 
 MIB = 1 << 20

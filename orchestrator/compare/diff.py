@@ -68,12 +68,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator import __version__
-from orchestrator.build_record import BUILD_FORMAT, BuildRecord
-from orchestrator.checks import Check
 from orchestrator.documents import read_one_of
 from orchestrator.errors import BadInput
-from orchestrator.inventory import InventoryDiff, diff_inventories
-from orchestrator.report.model import REPORT_FORMAT, STAGES, Report, StageName, StageStatus
+from orchestrator.model.build_record import BUILD_FORMAT, BuildRecord
+from orchestrator.model.checks import Check
+from orchestrator.model.inventory import InventoryDiff, diff_inventories
+from orchestrator.model.report import REPORT_FORMAT, STAGES, Report, StageName, StageStatus
 from orchestrator.report.view import clean, one_line
 
 COMPARE_FORMAT = "orch.compare/1"
@@ -403,7 +403,7 @@ def _platform(side: Side) -> str | None:
     record = _record(side)
     if record.image is None:
         return None
-    from orchestrator.plan import LABEL_PREFIX
+    from orchestrator.plan.build import LABEL_PREFIX
 
     platform = record.image.labels.get(f"{LABEL_PREFIX}.platform")
     version = record.image.labels.get(f"{LABEL_PREFIX}.backend.version")

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.checks import Check
-from orchestrator.inventory import Inventory, InventoryDiff
+from orchestrator.model.checks import Check
+from orchestrator.model.inventory import Inventory, InventoryDiff
 
 BUILD_FORMAT = "orch.build/1"
 

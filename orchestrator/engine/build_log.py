@@ -6,9 +6,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.build_record import CacheStats
 from orchestrator.dossier.lock import Lock
 from orchestrator.errors import BadInput
+from orchestrator.model.build_record import CacheStats
 from orchestrator.redact import redact
 
 _STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from orchestrator.context import MARKER
+from orchestrator.stages.context import MARKER
 
 MEMORY_LIMIT = 256 * 1024 * 1024
 #: 2000-01-01T00:00:00Z: any fixed instant works; a recognisable one makes the normalisation visible.

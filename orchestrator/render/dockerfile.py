@@ -10,7 +10,7 @@ import jinja2
 
 from orchestrator import __version__
 from orchestrator.errors import OrchError
-from orchestrator.plan import BuildPlan
+from orchestrator.plan.build import BuildPlan
 from orchestrator.resources import jinja_environment, templates_root
 
 

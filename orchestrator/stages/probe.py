@@ -25,19 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.build import default_tag, read_record, run_inventory
-from orchestrator.build_record import BuildRecord
-from orchestrator.checks import Check, first_failure
+from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
+from orchestrator.checks.image import image_checks, reference_inventory_warning
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.engine import Engine, ImageInfo, Mount, RunSpec, describe_exit
 from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
-from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
-from orchestrator.host.facts import CompatVerdict, HostFacts
-from orchestrator.image_checks import image_checks, reference_inventory_warning
-from orchestrator.inventory import Inventory, diff_inventories
-from orchestrator.plan import LABEL_PREFIX, RUNTIME_UID
-from orchestrator.report.model import (
+from orchestrator.model.build_record import BuildRecord
+from orchestrator.model.checks import Check, first_failure
+from orchestrator.model.host import CompatVerdict, HostFacts
+from orchestrator.model.inventory import Inventory, diff_inventories
+from orchestrator.model.report import (
     Report,
     ReportDossier,
     ReportImage,
@@ -46,7 +44,9 @@ from orchestrator.report.model import (
     StageResult,
     overall_verdict,
 )
+from orchestrator.plan.build import LABEL_PREFIX, RUNTIME_UID
 from orchestrator.resources import probe_source
+from orchestrator.stages.build import default_tag, read_record, run_inventory
 from orchestrator.untrusted import OutputMissing, UnsafeOutput, last_line, parse_json, read_output_json
 
 DEVICE_PROBE_TIMEOUT_S = 600
@@ -598,7 +598,7 @@ def cpu_knob_environment(loaded: LoadedDossier) -> dict[str, str]:
 def sample_stage(
     engine: Engine, loaded: LoadedDossier, image: ImageInfo, mapping: GpuMapping, out: Path
 ) -> StageResult:
-    from orchestrator.sample_checks import sample_checks
+    from orchestrator.checks.sample import sample_checks
 
     started = time.monotonic()
     fingerprints = verify_fingerprints(loaded)

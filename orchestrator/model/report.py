@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.checks import Check
+from orchestrator.model.checks import Check
 
 REPORT_FORMAT = "orch.report/1"
 StageName = Literal["image", "host", "device", "sample"]

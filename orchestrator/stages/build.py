@@ -16,9 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.build_context import context_tar
-from orchestrator.build_log import cache_stats, missing_pin, pin_not_found
-from orchestrator.build_record import (
+from orchestrator.checks.image import image_checks
+from orchestrator.documents import read_document
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.engine import Engine, ImageInfo, Network, RunSpec, describe_exit
+from orchestrator.engine.build_log import cache_stats, missing_pin, pin_not_found
+from orchestrator.errors import BadInput, EnvironmentFailure
+from orchestrator.fsutil import atomic_write_text
+from orchestrator.model.build_record import (
     BUILD_FORMAT,
     BaseImageRef,
     BuildFailure,
@@ -29,19 +34,14 @@ from orchestrator.build_record import (
     ImageRef,
     WheelRef,
 )
-from orchestrator.checks import Check
-from orchestrator.code_source import inspect_code
-from orchestrator.context import write_context
-from orchestrator.documents import read_document
-from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine, ImageInfo, Network, RunSpec, describe_exit
-from orchestrator.errors import BadInput, EnvironmentFailure
-from orchestrator.fsutil import atomic_write_text
-from orchestrator.image_checks import image_checks
-from orchestrator.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
+from orchestrator.model.checks import Check
+from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
+from orchestrator.plan.build import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
+from orchestrator.stages.build_context import context_tar
+from orchestrator.stages.code_source import inspect_code
+from orchestrator.stages.context import write_context
 from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
 
 INVENTORY_TIMEOUT_S = 300

@@ -27,18 +27,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.build import default_tag
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
-from orchestrator.handover import IMAGE_FILE, Manifest
-from orchestrator.handover_folder import MAX_SUMS_BYTES, check_folder
-from orchestrator.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
-from orchestrator.probe import ProbeOptions, run_probe
-from orchestrator.report.model import STAGES, Report
+from orchestrator.model.report import STAGES, Report
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.build import default_tag
+from orchestrator.stages.handover import IMAGE_FILE, Manifest
+from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
+from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
+from orchestrator.stages.probe import ProbeOptions, run_probe
 
 #: The repository a verified image is tagged in, by its own id: a name only orch uses, which no
 #: hand-over chooses and which can only ever point at the image whose id it spells.

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.build import default_tag
+from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine
 from orchestrator.host.collect import collect_host_facts
-from orchestrator.host.compat import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
-from orchestrator.host.facts import CompatVerdict, HostFacts
-from orchestrator.probe import cpu_variant_of, plan_gpu_mapping
+from orchestrator.model.host import CompatVerdict, HostFacts
+from orchestrator.stages.build import default_tag
+from orchestrator.stages.probe import cpu_variant_of, plan_gpu_mapping
 
 
 class Diagnosis(BaseModel):

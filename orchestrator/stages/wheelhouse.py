@@ -23,10 +23,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from packaging.markers import Marker
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from orchestrator.build_log import first_error, missing_pin, pin_not_found
 from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
+from orchestrator.engine.build_log import first_error, missing_pin, pin_not_found
 from orchestrator.errors import BadInput, EnvironmentFailure
 from orchestrator.redact import redact
 

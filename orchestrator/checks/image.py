@@ -5,9 +5,9 @@ from __future__ import annotations
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from orchestrator.checks import Check
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.inventory import Inventory, InventoryDiff, parse_freeze
+from orchestrator.model.checks import Check
+from orchestrator.model.inventory import Inventory, InventoryDiff, parse_freeze
 
 
 def _same_version(a: str, b: str) -> bool:

@@ -15,12 +15,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.code_source import CodeState, copy_code, inspect_code
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.errors import BadInput
-from orchestrator.plan import BuildPlan
-from orchestrator.render import render_dockerfile
-from orchestrator.wheelhouse import TargetPlatform, Wheel, collect_wheels
+from orchestrator.plan.build import BuildPlan
+from orchestrator.render.dockerfile import render_dockerfile
+from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
+from orchestrator.stages.wheelhouse import TargetPlatform, Wheel, collect_wheels
 
 MARKER = ".orch-render.json"
 

@@ -1,7 +1,7 @@
 """The image inventory (what the built image contains) and its diff against the reference inventory.
 
 Pure: parsing the inventory probe's JSON and comparing `pip freeze` listings. Running the probe is the
-build's job (`orchestrator.build`).
+build's job (`orchestrator.stages.build`).
 """
 
 from __future__ import annotations

@@ -33,13 +33,13 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator import __version__
-from orchestrator.build import read_record
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
 from orchestrator.report.write import read_report
+from orchestrator.stages.build import read_record
 
 HANDOVER_FORMAT = "orch.handover/1"
 IMAGE_FILE = "image.tar.gz"
