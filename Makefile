@@ -39,6 +39,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 ## golden: rewrite the golden files after an intended change (review the diff!)
 golden: venv

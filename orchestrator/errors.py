@@ -136,3 +136,10 @@ def from_os_error(exc: OSError) -> EnvironmentFailure:
     return EnvironmentFailure(
         f"{reason}{where} [{name}]", hint=f"Check the path and its permissions (uid {os.getuid()})."
     )
+
+
+class TemplateError(OrchError):
+    """A template failed to render: a bug in orch's templates, not in the user's input."""
+
+    exit_code = 3
+    code = "template"

@@ -9,16 +9,9 @@ from __future__ import annotations
 import jinja2
 
 from orchestrator import __version__
-from orchestrator.errors import OrchError
+from orchestrator.errors import TemplateError
 from orchestrator.plan.build import BuildPlan
 from orchestrator.resources import jinja_environment, templates_root
-
-
-class TemplateError(OrchError):
-    """A template failed to render: a bug in orch's templates, not in the user's input."""
-
-    exit_code = 3
-    code = "template"
 
 
 def render_dockerfile(plan: BuildPlan) -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import jinja2
 
+from orchestrator.errors import TemplateError
 from orchestrator.model.report import Report, StageResult
-from orchestrator.render.dockerfile import TemplateError
 from orchestrator.report.view import (
     STATUS_LABEL,
     checks_summary,
