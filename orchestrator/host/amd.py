@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import AmdDriverFacts, AmdGpu
+from orchestrator.resources import data_json
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE_VERSION = "sys/module/amdgpu/version"
@@ -178,10 +180,30 @@ def kfd_gpus(root: Path) -> list[AmdGpu]:
     return gpus
 
 
-def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> AmdGpu | None:
+@cache
+def legacy_gfx_targets() -> dict[int, str]:
+    """PCI device id → gfx target for KFD nodes without `gfx_target_version` (data/amd_gpu_ids.json, libhsakmt's
+    gfxip_lookup_table)."""
+    raw: dict[str, dict[str, str]] = data_json("amd_gpu_ids.json")["devices"]
+    return {int(key, 16): entry["gfx_target"] for key, entry in raw.items()}
+
+
+def kfd_gfx_target(properties: dict[str, int | str]) -> str | None:
+    """The node's gfx target: from `gfx_target_version` when KFD publishes it; on older kernels (no such
+    property) from the device id, if the node is a GPU (simd_count > 0) of a known device. None for CPU nodes."""
     target = properties.get("gfx_target_version")
+    if isinstance(target, int):
+        return gfx_name(target) if target > 0 else None
+    simds, device = properties.get("simd_count"), properties.get("device_id")
+    if isinstance(simds, int) and simds > 0 and isinstance(device, int):
+        return legacy_gfx_targets().get(device)
+    return None
+
+
+def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> AmdGpu | None:
+    target = kfd_gfx_target(properties)
     vendor = properties.get("vendor_id")
-    if not isinstance(target, int) or target == 0:
+    if target is None:
         return None
     if isinstance(vendor, int) and vendor not in (0, AMD_VENDOR_ID):
         return None  # KFD only lists AMD agents today; a foreign vendor id is not ours to describe
@@ -189,7 +211,7 @@ def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> Amd
     unique = properties.get("unique_id")
     return AmdGpu(
         node=node,
-        gfx_target=gfx_name(target),
+        gfx_target=target,
         vendor_id=vendor if isinstance(vendor, int) else None,
         device_id=device if isinstance(device, int) else None,
         unique_id=str(unique) if unique not in (None, 0, "") else None,

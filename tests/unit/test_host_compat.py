@@ -70,7 +70,8 @@ def test_forward_compat_branches_of_the_requirement() -> None:
         (None, "12.4", "535.54.03", "minor-version-compat"),  # a bare version as requirement
         ("13.0", REQUIRE_12_4, "550.54.14", "unsupported"),  # a cu130 torch in a 12.4 base: 13.0 governs
         ("14.0", None, "590.44.01", "unknown"),  # a major the table does not know
-        ("11.2", None, "460.27.04", "unknown"),  # below the table's first 11.x entry
+        ("11.2", None, "460.27.04", "supported"),  # the table reaches back to CUDA 10.0 (issue 11)
+        ("11.2", None, "455.32", "minor-version-compat"),
     ],
 )
 def test_cuda_verdict_over_the_table(image_cuda: str | None, require: str | None, driver: str, status: str) -> None:
@@ -92,7 +93,8 @@ def test_unsupported_explains_what_to_do() -> None:
 def test_unsupported_without_a_fully_supported_toolkit_points_at_minor_compat() -> None:
     verdict = cuda_verdict("12.4", None, host("510.47.03"))
     assert verdict.status == "unsupported"
-    assert "Update the driver to 525.60.13 or newer, or rebuild for CUDA 11.x" in verdict.explanation
+    # The table now has the 11.x rows (issue 11): the advice names the newest 11.x this driver fully runs.
+    assert "Update the driver to 525.60.13 or newer, or rebuild for CUDA 11.6 (torch cu116)" in verdict.explanation
 
 
 def test_minor_compat_names_its_caveats() -> None:

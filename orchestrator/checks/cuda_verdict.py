@@ -1,0 +1,234 @@
+"""The NVIDIA host verdict for a CUDA image, in the order the failures would happen.
+
+1. Jetson (L4T): its own case — the GPU driver is part of L4T, NVIDIA's desktop/data-centre table does not apply.
+2. No driver.
+3. The container toolkit's start-time check (`NVIDIA_REQUIRE_CUDA`, see `require_cuda`): refused before start.
+4. The driver's own reported CUDA version (nvidia-smi banner `CUDA Version` / `CUDA UMD Version`, NVML): a
+   driver that reports a newer CUDA minor than the image needs, or the same minor when NVIDIA's table has no row
+   for the image's exact release, supports it — this is how 13.2 / 13.3 images on R595 / R610 are judged.
+5. NVIDIA's Table 3 row of the image's exact release (12.4.1, 12.8.1 …): at least its driver → supported;
+   at least the CUDA major's minor-compat floor (Table 2) → minor-version compatibility.
+6. Below the floor: forward compatibility (cuda-compat) only on data-centre GPUs with the compat libraries in the
+   image; otherwise unsupported.
+
+Pure: the caller passes facts, this returns a status and a sentence a user can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.version import Version
+
+from orchestrator.checks.host import gpu_datacenter
+from orchestrator.checks.require_cuda import (
+    DeviceFacts,
+    evaluate_require,
+    minor_compat_floor,
+    newest_cuda_for_driver,
+    parse_version,
+    release_row,
+)
+from orchestrator.model.host import HostFacts
+
+ToolkitStatus = Literal[
+    "supported",
+    "minor-version-compat",
+    "forward-compat-possible",
+    "unsupported",
+    "refused-by-toolkit",
+    "jetson",
+    "no-driver",
+    "unknown",
+]
+
+_CUDA_CLAUSE = re.compile(r"(?:^|[ ,])cuda>=(\d+(?:\.\d+)*)")
+
+
+@dataclass(frozen=True)
+class NvidiaHost:
+    """The facts the verdict needs; built from HostFacts (or a capture) by the caller."""
+
+    driver_version: str | None
+    #: The driver's own CUDA version ("12.4") from the banner or NVML; None when not reported.
+    cuda_driver_version: str | None = None
+    devices: Sequence[DeviceFacts] = ()
+    #: Jetson's L4T release ("R35.3.1") from /etc/nv_tegra_release; None on a discrete-GPU host.
+    l4t_release: str | None = None
+    datacenter_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class ToolkitVerdict:
+    status: ToolkitStatus
+    explanation: str
+    #: The toolkit's own refusal text when status is refused-by-toolkit.
+    toolkit_error: str | None = None
+    #: What settled it: "l4t", "toolkit", "driver-cuda", "table", "floor", "none".
+    basis: str = "none"
+
+
+def needed_cuda(image_cuda: str | None, require_cuda: str | None) -> Version | None:
+    """The CUDA the image needs: the higher of CUDA_VERSION and the `cuda>=` of NVIDIA_REQUIRE_CUDA."""
+    found = [parse_version(image_cuda)]
+    if require_cuda:
+        found += [parse_version(m) for m in _CUDA_CLAUSE.findall(require_cuda)]
+    versions = [v for v in found if v is not None]
+    return max(versions) if versions else None
+
+
+def nvidia_verdict(
+    host: NvidiaHost,
+    image_cuda: str | None,
+    require_cuda: str | None = None,
+    disable_require: str | None = None,
+    image_has_compat_libs: bool = False,
+) -> ToolkitVerdict:
+    if host.l4t_release is not None:
+        return _jetson(host.l4t_release, image_cuda)
+    driver = parse_version(host.driver_version)
+    need = needed_cuda(image_cuda, require_cuda)
+    if host.driver_version is None:
+        wanted = f"The image needs CUDA {need}, but" if need else "The image is a CUDA image, but"
+        return ToolkitVerdict(
+            "no-driver",
+            f"{wanted} this host has no NVIDIA driver (NVML, nvidia-smi, /sys/module/nvidia/version and "
+            "/proc/driver/nvidia/version found nothing). Install an NVIDIA driver, or run a CPU variant.",
+        )
+    reported = parse_version(host.cuda_driver_version)
+    driver_cuda = reported
+    if driver_cuda is None and driver is not None:
+        newest = newest_cuda_for_driver(driver)
+        driver_cuda = Version(f"{newest.major}.{newest.minor}") if newest is not None else None
+    refused = _toolkit_check(require_cuda, disable_require, host, driver_cuda, reported is None)
+    if refused is not None:
+        return refused
+    if need is None:
+        return ToolkitVerdict(
+            "unknown",
+            "The image states no CUDA version orch can read (no CUDA_VERSION, no cuda>= clause), so the host driver "
+            f"{host.driver_version} cannot be checked against it; the device probe will show whether CUDA works.",
+        )
+    if driver is None:
+        return ToolkitVerdict(
+            "unknown",
+            f"The image needs CUDA {need}, but orch could not read the driver version ({host.driver_version!r}).",
+        )
+    return _support(need, driver, host, reported, image_has_compat_libs)
+
+
+def _toolkit_check(
+    require_cuda: str | None, disable_require: str | None, host: NvidiaHost, driver_cuda: Version | None, inferred: bool
+) -> ToolkitVerdict | None:
+    if not require_cuda:
+        return None
+    outcome = evaluate_require(
+        require_cuda, host.driver_version, str(driver_cuda) if driver_cuda else None, host.devices, disable_require
+    )
+    if outcome.satisfied:
+        return None
+    how = " (the driver's CUDA version inferred from NVIDIA's table)" if inferred else ""
+    explanation = (
+        f"The NVIDIA container toolkit will refuse to start this image: its NVIDIA_REQUIRE_CUDA ({require_cuda}) is "
+        f"not met by driver {host.driver_version}, which supports CUDA {driver_cuda}{how}. The toolkit says "
+        f"`{outcome.error}`. Update the driver, or rebuild the image for CUDA {driver_cuda} or older; "
+        "NVIDIA_DISABLE_REQUIRE=1 only moves the failure to CUDA initialisation."
+    )
+    return ToolkitVerdict("refused-by-toolkit", explanation, toolkit_error=outcome.error, basis="toolkit")
+
+
+def _support(
+    need: Version, driver: Version, host: NvidiaHost, reported: Version | None, image_has_compat_libs: bool
+) -> ToolkitVerdict:
+    need_minor = Version(f"{need.major}.{need.minor}")
+    row = release_row(need)
+    if reported is not None and (reported > need_minor or (reported == need_minor and row is None)):
+        return ToolkitVerdict(
+            "supported",
+            f"The image needs CUDA {need}; this host's driver {host.driver_version} reports CUDA {reported} itself "
+            "(nvidia-smi / NVML), so it supports it.",
+            basis="driver-cuda",
+        )
+    if row is not None and driver >= row.linux_driver:
+        return ToolkitVerdict(
+            "supported",
+            f"The image needs CUDA {need}; this host's driver {host.driver_version} is at least {row.driver_text}, "
+            f"the driver CUDA {row.cuda} ({row.release}) ships with (NVIDIA's CUDA release notes, Table 3).",
+            basis="table",
+        )
+    floor = minor_compat_floor(need.major)
+    shipped = row.driver_text if row is not None else "a newer driver (not in orch's table)"
+    if floor is not None and driver >= Version(floor):
+        return ToolkitVerdict(
+            "minor-version-compat",
+            f"The image needs CUDA {need}, whose own driver is {shipped}; this host has {host.driver_version}, which "
+            f"runs it through minor-version compatibility (CUDA {need.major}.x needs ≥ {floor}): no PTX JIT (a GPU the "
+            "wheels carry no SASS for fails) and APIs that need a newer driver fail with "
+            f"cudaErrorCallRequiresNewerDriver. Update the driver to {shipped} or newer for full support.",
+            basis="floor",
+        )
+    too_old = (
+        f"The image needs CUDA {need}, which needs NVIDIA driver ≥ {shipped}"
+        + (f" (≥ {floor} with minor-version compatibility)" if floor is not None else "")
+        + f"; this host has {host.driver_version}."
+    )
+    if host.datacenter_gpu and image_has_compat_libs:
+        return ToolkitVerdict(
+            "forward-compat-possible",
+            f"{too_old} This is a data-centre GPU and the image carries the cuda-compat libraries, so forward "
+            "compatibility may work on a supported data-centre driver branch; NVIDIA offers it only on data-centre "
+            "GPUs (not GeForce/RTX consumer cards). The device probe confirms it with a real kernel launch.",
+            basis="table",
+        )
+    newest = newest_cuda_for_driver(driver)
+    advice = f", or rebuild for CUDA {newest.major}.{newest.minor} or older" if newest is not None else ""
+    forward = "" if host.datacenter_gpu else " Forward compatibility (cuda-compat) is offered only on data-centre GPUs."
+    return ToolkitVerdict("unsupported", f"{too_old} Update the driver{advice}.{forward}", basis="table")
+
+
+def _jetson(l4t: str, image_cuda: str | None) -> ToolkitVerdict:
+    wanted = f"The image needs CUDA {image_cuda}; " if image_cuda else ""
+    return ToolkitVerdict(
+        "jetson",
+        f"{wanted}this host is an NVIDIA Jetson (L4T {l4t}). Its GPU driver is part of L4T (its version, e.g. 35.3.1, "
+        "is an L4T release, not a desktop/data-centre driver), so NVIDIA's CUDA ↔ driver table does not apply: use an "
+        "image built for this L4T/JetPack release (l4t-* base images, aarch64) and let the device probe confirm CUDA.",
+        basis="l4t",
+    )
+
+
+# A product-name heuristic for the toolkit's `brand` rule (NVML brand names, lower case as in NVIDIA_REQUIRE_CUDA).
+def brand_from_name(name: str) -> str | None:
+    lowered = name.lower()
+    if "geforce" in lowered and "rtx" in lowered:
+        return "geforcertx"
+    if "geforce" in lowered:
+        return "geforce"
+    if "titan" in lowered:
+        return "titanrtx" if "rtx" in lowered else "titan"
+    if "quadro" in lowered:
+        return "quadrortx" if "rtx" in lowered else "quadro"
+    if re.search(r"\brtx\b", lowered):
+        return "nvidiartx"
+    if re.search(r"\b(tesla|[a-z]?\d{2,3}[a-z]?|h100|h200|a100|b200|l40s?|t4)\b", lowered):
+        return "tesla"
+    return None
+
+
+def nvidia_host(facts: HostFacts, l4t_release: str | None = None) -> NvidiaHost:
+    """The verdict's view of collected host facts (live or captured)."""
+    nvidia = facts.nvidia
+    if nvidia is None:
+        return NvidiaHost(driver_version=None, l4t_release=l4t_release)
+    names = [gpu.name for gpu in nvidia.gpus]
+    devices = [DeviceFacts(arch=gpu.compute_capability, brand=brand_from_name(gpu.name)) for gpu in nvidia.gpus]
+    return NvidiaHost(
+        driver_version=nvidia.driver_version,
+        cuda_driver_version=nvidia.cuda_driver_version,
+        devices=devices,
+        l4t_release=l4t_release,
+        datacenter_gpu=bool(names) and all(gpu_datacenter(name) for name in names),
+    )
