@@ -335,7 +335,7 @@ def filter_docker_info(text: str) -> str:
         if any(stripped.startswith(key) for key in DOCKER_INFO_KEEP):
             kept.append(line)
             keeping = stripped.startswith("CDI spec directories:")
-        elif keeping and line.startswith("   ") and stripped.startswith("/"):
+        elif keeping and line.startswith("  ") and stripped.startswith("/"):
             kept.append(line)
         else:
             keeping = False
