@@ -296,7 +296,7 @@ def facts_from_capture(capture: Capture) -> HostFacts:
     root = capture.root
     notes: list[str] = [f"read from the host capture {capture.folder}"]
     nvidia, nvidia_notes = collect_nvidia(root, run, use_nvml=False)
-    amd, amd_notes = collect_amd(root, run)
+    amd, amd_notes = collect_amd(root, run, rocminfo_fallback=True)
     notes += nvidia_notes + amd_notes
     runtimes, spec_dirs = parse_docker_info(run_tool(run, ["docker", "info"]).stdout)
     docker = None

@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.checks.cuda_verdict import nvidia_host, nvidia_verdict
 from orchestrator.checks.failures import explain
-from orchestrator.host.capture import facts_from_capture, read_capture
+from orchestrator.host.amd import parse_amd_smi_version, parse_rocminfo_agents, rocminfo_gpus
+from orchestrator.host.capture import Capture, facts_from_capture, read_capture
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 ENTRIES = sorted(p for p in CORPUS.iterdir() if (p / "manifest.json").is_file())
@@ -56,7 +57,7 @@ def test_corpus_entry(entry: Path) -> None:
         return
     facts = facts_from_capture(capture)
     for key, want in expected.items():
-        if key in ("source", "verdict", "l4t"):
+        if key in ("source", "verdict", "l4t", "parsed"):
             continue
         got = _dotted(facts, key)
         if key.endswith(".gpus"):
@@ -68,6 +69,8 @@ def test_corpus_entry(entry: Path) -> None:
             assert sorted(got) == sorted(want)
         else:
             assert got == want, (key, got)
+    for parser, want in expected.get("parsed", {}).items():
+        assert _parsed(capture, parser) == want, parser
     if "l4t" in expected:
         assert capture.l4t_release() == expected["l4t"]
     if "verdict" in expected:
@@ -76,3 +79,16 @@ def test_corpus_entry(entry: Path) -> None:
             nvidia_host(facts, capture.l4t_release()), case["image_cuda"], require_cuda=case.get("require")
         )
         assert verdict.status == case["status"], verdict.explanation
+
+
+def _parsed(capture: Capture, parser: str) -> Any:
+    """What a tool-output parser reads from a captured command (outputs HostFacts does not carry)."""
+    if parser == "amd_smi_version":
+        version = parse_amd_smi_version(capture.command_output("amd-smi", "version") or "")
+        return {"tool": version.tool, "library": version.library, "rocm": version.rocm, "amdgpu": version.amdgpu}
+    gpus = rocminfo_gpus(parse_rocminfo_agents(capture.command_output("rocminfo") or ""))
+    if parser == "rocminfo_gpus":
+        return len(gpus)
+    if parser == "rocminfo_chip_ids":
+        return [gpu.chip_id for gpu in gpus]
+    raise AssertionError(f"unknown parser {parser}")
