@@ -17,7 +17,7 @@ Pure: the caller passes facts, this returns a status and a sentence a user can a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,7 +26,8 @@ from packaging.version import Version
 from orchestrator.checks.host import gpu_datacenter
 from orchestrator.checks.require_cuda import (
     DeviceFacts,
-    evaluate_require,
+    evaluate_image,
+    image_requirements,
     minor_compat_floor,
     newest_cuda_for_driver,
     parse_version,
@@ -86,7 +87,13 @@ def nvidia_verdict(
     require_cuda: str | None = None,
     disable_require: str | None = None,
     image_has_compat_libs: bool = False,
+    image_env: Mapping[str, str] | None = None,
 ) -> ToolkitVerdict:
+    """`image_env`: the image's whole environment when known (Config.Env); then the toolkit check reads every
+    NVIDIA_REQUIRE_* and the legacy CUDA_VERSION rule from it, and `require_cuda`/`disable_require` default to it."""
+    if image_env is not None:
+        require_cuda = require_cuda or image_env.get("NVIDIA_REQUIRE_CUDA")
+        disable_require = disable_require or image_env.get("NVIDIA_DISABLE_REQUIRE")
     if host.l4t_release is not None:
         return _jetson(host.l4t_release, image_cuda)
     driver = parse_version(host.driver_version)
@@ -103,7 +110,10 @@ def nvidia_verdict(
     if driver_cuda is None and driver is not None:
         newest = newest_cuda_for_driver(driver)
         driver_cuda = Version(f"{newest.major}.{newest.minor}") if newest is not None else None
-    refused = _toolkit_check(require_cuda, disable_require, host, driver_cuda, reported is None)
+    if image_env is not None:
+        refused = toolkit_refusal(image_env, host, driver_cuda, reported is None)
+    else:
+        refused = _toolkit_check(require_cuda, disable_require, host, driver_cuda, reported is None)
     if refused is not None:
         return refused
     if need is None:
@@ -123,16 +133,23 @@ def nvidia_verdict(
 def _toolkit_check(
     require_cuda: str | None, disable_require: str | None, host: NvidiaHost, driver_cuda: Version | None, inferred: bool
 ) -> ToolkitVerdict | None:
-    if not require_cuda:
-        return None
-    outcome = evaluate_require(
-        require_cuda, host.driver_version, str(driver_cuda) if driver_cuda else None, host.devices, disable_require
-    )
+    env = {"NVIDIA_REQUIRE_CUDA": require_cuda or ""}
+    if disable_require is not None:
+        env["NVIDIA_DISABLE_REQUIRE"] = disable_require
+    return toolkit_refusal(env, host, driver_cuda, inferred)
+
+
+def toolkit_refusal(
+    env: Mapping[str, str], host: NvidiaHost, driver_cuda: Version | None, inferred: bool = False
+) -> ToolkitVerdict | None:
+    """The toolkit's refusal for an image environment (all NVIDIA_REQUIRE_* and the legacy CUDA_VERSION rule)."""
+    outcome = evaluate_image(env, host.driver_version, str(driver_cuda) if driver_cuda else None, host.devices)
     if outcome.satisfied:
         return None
     how = " (the driver's CUDA version inferred from NVIDIA's table)" if inferred else ""
+    shown = " ".join(image_requirements(env)) or "the image's requirements"
     explanation = (
-        f"The NVIDIA container toolkit will refuse to start this image: its NVIDIA_REQUIRE_CUDA ({require_cuda}) is "
+        f"The NVIDIA container toolkit will refuse to start this image: its requirement ({shown}) is "
         f"not met by driver {host.driver_version}, which supports CUDA {driver_cuda}{how}. The toolkit says "
         f"`{outcome.error}`. Update the driver, or rebuild the image for CUDA {driver_cuda} or older; "
         "NVIDIA_DISABLE_REQUIRE=1 only moves the failure to CUDA initialisation."

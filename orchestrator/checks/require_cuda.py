@@ -18,13 +18,17 @@ What is implemented, read from NVIDIA/libnvidia-container:
   version, `arch` a device's compute capability, `brand` a device's brand. A rule whose fact is unknown
   (no driver CUDA version, no visible device, no brand) counts as satisfied. The requirements are evaluated
   once per visible GPU (each must pass), or once without a device when none is visible.
-* `NVIDIA_DISABLE_REQUIRE` (any value) skips the check (nvidia-container-toolkit `internal/config/image`).
+* Which expressions are checked (NVIDIA/nvidia-container-toolkit `internal/config/image/cuda_image.go`,
+  `GetRequirements`): every `NVIDIA_REQUIRE_*` variable except `NVIDIA_REQUIRE_JETPACK*`, each evaluated on its
+  own; a "legacy" image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA empty) gets `cuda>=<major.minor of CUDA_VERSION>`;
+  none at all when `NVIDIA_DISABLE_REQUIRE` parses as a true boolean (Go's strconv.ParseBool: 1, t, T, TRUE,
+  true, True — "yes" does not disable it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -137,6 +141,46 @@ def unsatisfied_message(expression: str) -> str:
     return f"unsatisfied condition: {first}"
 
 
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def disables_require(value: str | None) -> bool:
+    """NVIDIA_DISABLE_REQUIRE as the toolkit reads it (strconv.ParseBool; anything unparsable is false)."""
+    return value is not None and value in _GO_TRUE
+
+
+def image_requirements(env: Mapping[str, str]) -> list[str]:
+    """The expressions the toolkit checks for an image's environment (cuda_image.go GetRequirements)."""
+    if disables_require(env.get("NVIDIA_DISABLE_REQUIRE")):
+        return []
+    found = [
+        value
+        for name, value in sorted(env.items())
+        if name.startswith("NVIDIA_REQUIRE_") and not name.startswith("NVIDIA_REQUIRE_JETPACK")
+    ]
+    legacy = env.get("CUDA_VERSION", "")
+    if legacy and not env.get("NVIDIA_REQUIRE_CUDA"):
+        match = re.match(r"^v?(\d+)\.(\d+)", legacy)
+        if match:
+            found.append(f"cuda>={match.group(1)}.{match.group(2)}")
+    return found
+
+
+def evaluate_image(
+    env: Mapping[str, str], driver: str | None, cuda: str | None, devices: Sequence[DeviceFacts] = ()
+) -> RequireOutcome:
+    """Every requirement of an image's environment, each as `nvidia-container-cli --require` would evaluate it."""
+    if disables_require(env.get("NVIDIA_DISABLE_REQUIRE")):
+        return RequireOutcome(satisfied=True, disabled=True)
+    assumed: set[str] = set()
+    for expression in image_requirements(env):
+        outcome = evaluate_require(expression, driver, cuda, devices)
+        assumed |= set(outcome.assumed)
+        if not outcome.satisfied:
+            return RequireOutcome(False, outcome.error, assumed=tuple(sorted(assumed)))
+    return RequireOutcome(True, assumed=tuple(sorted(assumed)))
+
+
 def evaluate_require(
     expression: str | None,
     driver: str | None,
@@ -147,9 +191,9 @@ def evaluate_require(
     """Would `nvidia-container-cli` accept an image with this NVIDIA_REQUIRE_CUDA on this host?
 
     `driver`: the NVRM version ("550.144.03"); `cuda`: the driver's CUDA version ("12.4"); `devices`: the GPUs
-    the container will see. `disable_require`: the image's NVIDIA_DISABLE_REQUIRE value (any value skips).
+    the container will see. `disable_require`: the image's NVIDIA_DISABLE_REQUIRE value (a true boolean skips).
     """
-    if disable_require is not None:
+    if disables_require(disable_require):
         return RequireOutcome(satisfied=True, disabled=True)
     if not expression or not expression.strip():
         return RequireOutcome(satisfied=True)

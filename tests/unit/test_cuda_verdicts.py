@@ -170,3 +170,32 @@ def test_needed_cuda_is_the_higher_of_cuda_version_and_the_require_clause() -> N
 )
 def test_brand_from_product_name(name: str, brand: str) -> None:
     assert brand_from_name(name) == brand
+
+
+def test_disable_require_is_a_go_boolean() -> None:
+    from orchestrator.checks.require_cuda import disables_require
+
+    assert disables_require("1") and disables_require("true") and disables_require("True")
+    assert not disables_require("yes") and not disables_require("") and not disables_require(None)
+
+
+def test_image_requirements_follow_the_toolkit() -> None:
+    from orchestrator.checks.require_cuda import image_requirements
+
+    # A legacy image (CUDA_VERSION, no NVIDIA_REQUIRE_CUDA) is checked against cuda>=major.minor.
+    assert image_requirements({"CUDA_VERSION": "12.8.1"}) == ["cuda>=12.8"]
+    # Every NVIDIA_REQUIRE_* but JETPACK is checked; the official image's own clause replaces the legacy rule.
+    env = {
+        "CUDA_VERSION": "12.8.1",
+        "NVIDIA_REQUIRE_CUDA": "cuda>=12.8",
+        "NVIDIA_REQUIRE_DRIVER": "driver>=550",
+        "NVIDIA_REQUIRE_JETPACK": "csv-mounts=all",
+    }
+    assert image_requirements(env) == ["cuda>=12.8", "driver>=550"]
+    assert image_requirements({**env, "NVIDIA_DISABLE_REQUIRE": "true"}) == []
+
+
+def test_a_legacy_image_is_refused_from_its_cuda_version_alone() -> None:
+    verdict = nvidia_verdict(host("550.144.03", "12.4"), "12.8.1", image_env={"CUDA_VERSION": "12.8.1"})
+    assert verdict.status == "refused-by-toolkit"
+    assert verdict.toolkit_error is not None and "cuda>=12.8" in verdict.toolkit_error
