@@ -90,8 +90,8 @@ def parse_tegra_release(text: str) -> str | None:
 
 
 def is_tegra_proc_version(text: str) -> bool:
-    """Whether /proc/driver/nvidia/version is a Jetson's (its module is built "for aarch64" with an L4T version
-    like 35.3.1, or by NVIDIA's mobile builders): that number is an L4T release, not a driver branch."""
+    """Whether /proc/driver/nvidia/version is a Jetson's: its module is built "for aarch64" and reports an L4T
+    release (35.3.1), a number below any driver branch; an Arm server's driver (aarch64, 550.54.15) is not."""
     for line in text.splitlines():
         if line.startswith("NVRM version:"):
             version, _ = parse_proc_version(line)
