@@ -108,3 +108,28 @@ def troubleshooting_section() -> str:
             lines.append(f"- `{example.message}` — <{example.source}>")
         lines.append("")
     return "\n".join(lines)
+
+
+def explanations_for_report(sources: dict[str, str | None]) -> list[dict[str, str]]:
+    """Catalogue explanations of several texts (a start error, a probe's stderr, its warnings), as report facts:
+    one entry per cause found, naming where it was seen. Empty texts are skipped."""
+    found: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for where, text in sources.items():
+        if not text:
+            continue
+        for explanation in explain(text):
+            if explanation.cause.id in seen:
+                continue
+            seen.add(explanation.cause.id)
+            found.append(
+                {
+                    "id": explanation.cause.id,
+                    "layer": explanation.cause.layer,
+                    "seen_in": where,
+                    "message": explanation.excerpt,
+                    "cause": explanation.cause.cause + (f" ({explanation.detail})" if explanation.detail else ""),
+                    "next_step": explanation.cause.next_step,
+                }
+            )
+    return found

@@ -48,3 +48,18 @@ def test_the_troubleshooting_catalogue_section_is_generated_from_the_data() -> N
         "docs/troubleshooting.md's catalogue is stale; regenerate it from orchestrator/data/failures.json "
         "(orchestrator.checks.failures.troubleshooting_section)"
     )
+
+
+def test_report_explanations_name_where_each_cause_was_seen_once() -> None:
+    from orchestrator.checks.failures import explanations_for_report
+
+    found = explanations_for_report(
+        {
+            "probe warnings": "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old "
+            "(found version 11040).",
+            "probe stderr": "The NVIDIA driver on your system is too old (found version 11040).",
+            "start error": None,
+        }
+    )
+    assert [(f["id"], f["seen_in"]) for f in found] == [("torch-driver-too-old", "probe warnings")]
+    assert found[0]["cause"].endswith("(found version 11040 = CUDA 11.4)")
