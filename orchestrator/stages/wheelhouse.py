@@ -27,17 +27,13 @@ from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
 from orchestrator.engine.build_log import first_error, missing_pin, pin_not_found
-from orchestrator.errors import BadInput, EnvironmentFailure
+from orchestrator.errors import BadInput, WheelhouseError
 from orchestrator.redact import redact
 
 # pip's legacy manylinux names and the glibc minor they stand for (PEP 600, "legacy manylinux tags").
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-class WheelhouseError(EnvironmentFailure):
-    code = "wheelhouse"
 
 
 @dataclass(frozen=True)

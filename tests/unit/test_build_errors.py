@@ -14,8 +14,8 @@ import pytest
 from orchestrator.dossier.lock import parse_lock
 from orchestrator.engine.build_log import first_error, missing_pin
 from orchestrator.engine.docker_engine import DockerEngine
-from orchestrator.errors import BadInput, EnvironmentFailure
-from orchestrator.stages.wheelhouse import TargetPlatform, WheelhouseError, collect_wheels
+from orchestrator.errors import BadInput, EnvironmentFailure, WheelhouseError
+from orchestrator.stages.wheelhouse import TargetPlatform, collect_wheels
 
 # pip 26's output for a lock whose pins conflict (captured from `pip download -r` of two packaging pins).
 CONFLICT = """\

@@ -9,10 +9,9 @@ import pytest
 
 from orchestrator.dossier.lock import parse_lock
 from orchestrator.dossier.models import IndexSpec
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, WheelhouseError
 from orchestrator.stages.wheelhouse import (
     TargetPlatform,
-    WheelhouseError,
     collect_wheels,
     pip_index_environment,
 )
