@@ -150,7 +150,8 @@ class BaseImageMissing(EnvironmentFailure):
 
 
 class ImageNotBuilt(EnvironmentFailure):
-    """The application image to probe is not in the engine: never built for this dossier identity, or removed."""
+    """An application image (built by orch, given with --image, or loaded from a hand-over) is not in the engine:
+    never built for this dossier identity, or removed. Never `BaseImageMissing`: the base is not what is missing."""
 
     code = "image-not-built"
 

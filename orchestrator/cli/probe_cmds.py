@@ -199,12 +199,12 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
     """Host mode: run the host and device probes on this machine, without Docker (for GPU hosts with torch)."""
     import shutil
     import subprocess
-    from datetime import UTC, datetime
 
     from orchestrator import __version__
     from orchestrator.host.collect import collect_host_facts
     from orchestrator.model.report import Report, ReportDossier, overall_verdict
     from orchestrator.stages.probe import not_run, run_host_mode
+    from orchestrator.timestamps import utc_now
 
     interpreter = python or shutil.which("python3") or "python3"
     host, device = run_host_mode(
@@ -219,7 +219,7 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
     verdict = "passed" if overall_verdict({"host": host, "device": device}) == "passed" else "failed"
     report = Report(
         orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=utc_now(),
         dossier=ReportDossier(
             name="host-mode", path="-", identity="-", variant=None, platform=platform, backend_version=backend_version
         ),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
-from orchestrator.untrusted import last_line
+from orchestrator.untrusted import exited
 
 #: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
 #: network namespace (reaches indexes on the host's loopback).
@@ -44,10 +44,13 @@ class ImageInfo:
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What the engine said of a build: the image, its whole log, and its own error. Why it failed (step,
+    pip's or apt's words) is read from the log by engine/build_log.py, not by the engine adapter."""
+
     image_id: str | None  # None when the build failed
     log: str
-    failed_step: str | None = None
-    first_error: str | None = None
+    #: The engine's own error message (redacted), as the log's last line `ERROR: …` also shows it.
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def describe_exit(outcome: RunOutcome, spec: RunSpec, raise_hint: str) -> str:
             f"the container was killed at its memory limit of {memory_words(spec.mem_limit)} "
             f"(exit {outcome.exit_code}, out of memory); {raise_hint}"
         )
-    return f"exited {outcome.exit_code}: {last_line(outcome.stderr) or 'no output'}"
+    return exited(outcome.exit_code, outcome.stderr)
 
 
 class Engine(Protocol):

@@ -21,7 +21,6 @@ from orchestrator.model.report import Report, StageResult
 from orchestrator.report.view import (
     STATUS_LABEL,
     checks_summary,
-    clean,
     flatten_facts,
     format_duration,
     headline,
@@ -29,6 +28,7 @@ from orchestrator.report.view import (
     short_image_id,
 )
 from orchestrator.resources import jinja_environment, report_templates_root
+from orchestrator.text import clean
 
 TEMPLATE = "report.html.j2"
 _MARK = {"passed": "✓", "failed": "✗", "skipped": "⊘", "not_run": "○"}

@@ -24,7 +24,8 @@ import xml.etree.ElementTree as ET
 
 from orchestrator.model.checks import Check
 from orchestrator.model.report import Report, StageError, StageResult
-from orchestrator.report.view import clean, format_seconds, one_line, ordered_stages
+from orchestrator.report.view import format_seconds, ordered_stages
+from orchestrator.text import clean, one_line
 
 FIRST_ERROR_CASE = "first error"
 

@@ -16,14 +16,13 @@ from orchestrator.model.report import Report, StageResult
 from orchestrator.report.view import (
     STATUS_LABEL,
     checks_summary,
-    clean,
     flatten_facts,
     format_duration,
     headline,
-    one_line,
     ordered_stages,
     short_image_id,
 )
+from orchestrator.text import clean, one_line
 
 _STATUS_MARK = {"passed": "✅", "failed": "❌", "skipped": "⏭️", "not_run": "⏸️"}
 

@@ -1,52 +1,49 @@
 """What every rendering of a report shows the same way: stage order, statuses, durations, one-line
 summaries and flattened facts. Pure and deterministic, so Markdown, HTML and JUnit never disagree.
 
-Nothing here escapes for a format: each renderer escapes for its own syntax. What happens here is
-only what no format can carry: control characters (invalid in XML, noise in a terminal) are made
-visible, and lone surrogates become U+FFFD so the text can always be written as UTF-8.
+Nothing here escapes for a format: each renderer escapes for its own syntax. What no format can
+carry (control characters, lone surrogates) is handled by orchestrator/text.py, which this module
+re-exports for its renderers.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.model.checks import Check
+from orchestrator.model.checks import first_failure
 from orchestrator.model.report import STAGES, Report, StageName, StageResult
+from orchestrator.text import MAX_LINE_CHARS, clean, one_line
+
+# Complete, because `clean`, `one_line` and `MAX_LINE_CHARS` are re-exported: modules that read them from
+# here (compare) keep working; their home is orchestrator/text.py, where new code imports them from.
+__all__ = [
+    "MAX_FACT_CHARS",
+    "MAX_LINE_CHARS",
+    "MAX_LIST_ITEMS",
+    "STAGE_ORDER",
+    "STATUS_LABEL",
+    "checks_summary",
+    "clean",
+    "flatten_facts",
+    "format_duration",
+    "format_seconds",
+    "headline",
+    "one_line",
+    "ordered_stages",
+    "scalar_text",
+    "short_image_id",
+]
 
 #: A list longer than this shows its first items and a count of the rest.
 MAX_LIST_ITEMS = 8
 #: A fact string longer than this is cut, with a count; report.json keeps the whole value.
 MAX_FACT_CHARS = 300
-#: The one-line summary under a stage name (HTML card, Markdown summary table).
-MAX_LINE_CHARS = 200
-
 #: `STAGES`, typed as stage names: the order every rendering shows, whatever the order in `report.stages`.
 STAGE_ORDER: tuple[StageName, ...] = STAGES
 
 STATUS_LABEL = {"passed": "passed", "failed": "failed", "skipped": "skipped", "not_run": "not run"}
-
-# C0 controls except tab/newline/carriage return, DEL and C1 controls: invalid in XML 1.0 or HTML,
-# and escape sequences (ANSI colours from a log) would drive a terminal showing report.md.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-# Lone surrogates (from bytes decoded with surrogateescape) cannot be encoded as UTF-8 at all;
-# U+FFFE/U+FFFF are not XML characters.
-_UNENCODABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
-_WHITESPACE = re.compile(r"\s+")
-
-
-def clean(text: str) -> str:
-    """Text that every format can carry: control characters shown as `\\xNN`, never dropped silently."""
-    text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-    return _UNENCODABLE.sub("\ufffd", text)
-
-
-def one_line(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """Whitespace runs (newlines included) collapsed, cut at `limit` with an ellipsis."""
-    text = _WHITESPACE.sub(" ", clean(text)).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def ordered_stages(report: Report) -> list[StageResult]:
@@ -87,10 +84,6 @@ def checks_summary(stage: StageResult) -> str:
     return f"{held}/{len(stage.checks)} checks held"
 
 
-def first_failed_check(stage: StageResult) -> Check | None:
-    return next((check for check in stage.checks if not check.passed), None)
-
-
 def headline(stage: StageResult) -> tuple[str | None, str]:
     """The one line that says why a stage has its status: `(step, text)`; `step` is None when there is none.
 
@@ -100,7 +93,7 @@ def headline(stage: StageResult) -> tuple[str | None, str]:
     if stage.status == "failed":
         if stage.first_error is not None:
             return one_line(stage.first_error.step, 60), one_line(stage.first_error.message)
-        failed = first_failed_check(stage)
+        failed = first_failure(stage.checks)
         if failed is not None:
             return one_line(failed.name, 60), one_line(f"expected {failed.expected}, observed {failed.observed}")
         return None, "failed (no error recorded)"

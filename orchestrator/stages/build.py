@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import __version__
@@ -20,8 +19,8 @@ from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, ImageInfo, Network, RunSpec, describe_exit
-from orchestrator.engine.build_log import cache_stats, missing_pin, pin_not_found
-from orchestrator.errors import BadInput, EnvironmentFailure
+from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
+from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.build_record import (
     BUILD_FORMAT,
@@ -34,7 +33,7 @@ from orchestrator.model.build_record import (
     ImageRef,
     WheelRef,
 )
-from orchestrator.model.checks import Check
+from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
 from orchestrator.plan.build import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
@@ -42,6 +41,7 @@ from orchestrator.resources import probe_source
 from orchestrator.stages.build_context import context_tar
 from orchestrator.stages.code_source import inspect_code
 from orchestrator.stages.context import write_context
+from orchestrator.timestamps import utc_now
 from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
 
 INVENTORY_TIMEOUT_S = 300
@@ -96,7 +96,7 @@ def _build_labels(engine: Engine, loaded: LoadedDossier, tag: str, code: CodeRef
     if previous is not None and previous.labels.get(f"{LABEL_PREFIX}.dossier.identity") == loaded.identity:
         created = previous.labels.get("org.opencontainers.image.created")
     labels = {
-        "org.opencontainers.image.created": created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.created": created or utc_now(),
         "org.opencontainers.image.version": loaded.short_identity,
         f"{LABEL_PREFIX}.base.id": base.id,
     }
@@ -210,11 +210,11 @@ def run_build(
     checks: list[Check] = []
     failure: BuildFailure | None = None
     if outcome.image_id is None:
-        failure = BuildFailure(step=outcome.failed_step, first_error=outcome.first_error or "the build failed")
+        failure = build_failure(outcome.log, outcome.error)
     else:
         built = engine.image(tag)
         if built is None:
-            raise EnvironmentFailure(
+            raise ImageNotBuilt(
                 f"the image {tag} ({outcome.image_id}) was built, then removed by another user or process "
                 "(docker rmi or a prune on the shared engine) before orch could read it",
                 hint="Nothing is wrong with the dossier: run the build again.",
@@ -237,7 +237,7 @@ def run_build(
                 reference_lines = loaded.resolve(reference_file).read_text(encoding="utf-8").splitlines()
                 diff = diff_inventories(reference_lines, inventory.pip_freeze, reference_file)
             checks = image_checks(loaded, inventory, diff)
-            failed = next((check for check in checks if not check.passed), None)
+            failed = first_failure(checks)
             if failed is not None:
                 failure = BuildFailure(
                     step=f"image check: {failed.name}",

@@ -27,7 +27,6 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +39,7 @@ from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
 from orchestrator.report.write import read_report
 from orchestrator.stages.build import read_record
+from orchestrator.timestamps import utc_now
 
 HANDOVER_FORMAT = "orch.handover/1"
 IMAGE_FILE = "image.tar.gz"
@@ -323,7 +323,7 @@ def write_handover(
         entries = _sums(staging)
         manifest = Manifest(
             orch_version=__version__,
-            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            created=utc_now(),
             dossier_name=loaded.model.name,
             dossier_file=dossier_file,
             identity=loaded.identity,

@@ -20,7 +20,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,8 @@ from orchestrator.model.report import (
 from orchestrator.plan.build import LABEL_PREFIX, RUNTIME_UID
 from orchestrator.resources import probe_source
 from orchestrator.stages.build import default_tag, read_record, run_inventory
-from orchestrator.untrusted import OutputMissing, UnsafeOutput, last_line, parse_json, read_output_json
+from orchestrator.timestamps import utc_now
+from orchestrator.untrusted import OutputMissing, UnsafeOutput, exited, parse_json, read_output_json
 
 DEVICE_PROBE_TIMEOUT_S = 600
 #: What the device probe reports that the device stage keeps as facts.
@@ -686,7 +686,7 @@ def make_report(
     model = loaded.model
     return Report(
         orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=utc_now(),
         dossier=ReportDossier(
             name=model.name,
             path=str(loaded.path),
@@ -820,9 +820,7 @@ def run_host_mode(
                 started,
                 [],
                 {"python": python},
-                error=StageError(
-                    step="device probe", message=f"exited {done.returncode}: {last_line(done.stderr) or 'no output'}"
-                ),
+                error=StageError(step="device probe", message=exited(done.returncode, done.stderr)),
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
