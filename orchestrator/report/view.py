@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.model.checks import first_failure
@@ -165,3 +166,108 @@ def short_image_id(image_id: str) -> str:
     """`sha256:` and 12 hex digits, as `docker images` shows it."""
     algorithm, _, digest = image_id.rpartition(":")
     return f"{algorithm}:{digest[:12]}" if algorithm else image_id[:12]
+
+
+# -- the view every template lays out -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    name: str
+    expected: str
+    observed: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class StageView:
+    name: str
+    status: str  # the JSON word, used as a CSS class
+    label: str  # the word a reader sees
+    duration: str
+    step: str | None  # the card's one line: `step: text`, or just `text`
+    line: str
+    checks_summary: str
+    reason: str | None
+    warnings: list[str]
+    first_warning: str | None  # the first warning on one line, for a summary table's cell
+    error_step: str | None
+    error_message: str | None
+    checks: list[CheckRow]
+    facts: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class PageView:
+    title: str
+    name: str
+    verdict: str
+    path: str
+    identity: str
+    short_identity: str
+    variant: str | None
+    platform: str
+    backend_version: str | None
+    image_ref: str | None
+    image_id: str | None
+    short_image_id: str | None
+    created: str
+    orch_version: str
+    format: str
+    stages: list[StageView]
+    notes: list[str]
+
+
+def _stage_view(stage: StageResult) -> StageView:
+    step, line = headline(stage)
+    error = stage.first_error if stage.status == "failed" else None
+    return StageView(
+        name=stage.name,
+        status=stage.status,
+        label=STATUS_LABEL[stage.status],
+        duration=format_duration(stage),
+        step=step,
+        line=line,
+        checks_summary=checks_summary(stage),
+        reason=clean(stage.reason) if stage.reason else None,
+        warnings=[clean(warning) for warning in stage.warnings],
+        first_warning=one_line(stage.warnings[0], 120) if stage.warnings else None,
+        error_step=clean(error.step) if error else None,
+        error_message=clean(error.message) if error else None,
+        checks=[
+            CheckRow(
+                name=clean(check.name),
+                expected=clean(check.expected),
+                observed=clean(check.observed),
+                passed=check.passed,
+                detail=clean(check.detail or ""),
+            )
+            for check in stage.checks
+        ],
+        facts=flatten_facts(stage.facts),
+    )
+
+
+def page_view(report: Report) -> PageView:
+    dossier, image = report.dossier, report.image
+    name = clean(dossier.name)
+    return PageView(
+        title=f"orch report: {name} — {report.verdict}",
+        name=name,
+        verdict=report.verdict,
+        path=clean(dossier.path),
+        identity=clean(dossier.identity),
+        short_identity=clean(dossier.identity[:12]),
+        variant=clean(dossier.variant) if dossier.variant else None,
+        platform=clean(dossier.platform),
+        backend_version=clean(dossier.backend_version) if dossier.backend_version else None,
+        image_ref=clean(image.ref) if image else None,
+        image_id=clean(image.id) if image else None,
+        short_image_id=clean(short_image_id(image.id)) if image else None,
+        created=clean(report.created),
+        orch_version=clean(report.orch_version),
+        format=report.format,
+        stages=[_stage_view(stage) for stage in ordered_stages(report)],
+        notes=[clean(note) for note in report.notes],
+    )
