@@ -68,11 +68,11 @@ def jinja_environment(root: Traversable, *, autoescape: bool, trim: bool = False
     return environment
 
 
-def render_template(root: Traversable, template: str, /, *, autoescape: bool, **context: Any) -> str:
-    """One of orch's templates rendered (trimmed blocks); a template that fails is orch's bug: `TemplateError`."""
+def render_template(root: Traversable, template: str, /, *, autoescape: bool, trim: bool = True, **context: Any) -> str:
+    """One of orch's templates rendered; a template that fails is orch's bug, said once here as `TemplateError`."""
     import jinja2
 
     try:
-        return jinja_environment(root, autoescape=autoescape, trim=True).get_template(template).render(**context)
+        return jinja_environment(root, autoescape=autoescape, trim=trim).get_template(template).render(**context)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"rendering {template} failed: {exc}") from None

@@ -55,3 +55,14 @@ def test_markdown_escaping_keeps_user_text_literal() -> None:
     assert markdown_code("a|b", cell=True) == r"`a\|b`"
     assert markdown_code("``x`") == "``` ``x` ```"
     assert markdown_code("") == "*(empty)*"
+
+
+def test_a_template_that_fails_is_one_template_error() -> None:
+    import pytest
+
+    from orchestrator.errors import TemplateError
+    from orchestrator.resources import render_template
+
+    with pytest.raises(TemplateError) as caught:
+        render_template(report_templates_root(), "report.md.j2", autoescape=False)  # no `page`: StrictUndefined
+    assert caught.value.exit_code == 3 and "rendering report.md.j2 failed" in str(caught.value)
