@@ -145,13 +145,16 @@ def build_failure(log: str, engine_error: str | None) -> BuildFailure:
     says why (pip, apt, git, Python); else the engine's own error, explained when an image vanished."""
     step: str | None = None
     step_lines: deque[str] = deque(maxlen=STEP_LINES_KEPT)
-    # The adapter ends a failed build's log with the engine's error; it is the fallback, not the step's output.
-    engine_line = f"ERROR: {engine_error}" if engine_error is not None else None
+    # The adapter ends a failed build's log with the engine's error (which may span lines); it is the
+    # fallback, not the step's output.
+    marker = f"ERROR: {engine_error}\n" if engine_error is not None else None
+    if marker is not None and marker in log:
+        log = log[: log.rindex(marker)]
     for line in log.splitlines():
         match = STEP_LINE.match(line)
         if match:
             step, step_lines = match.group("instruction"), deque(maxlen=STEP_LINES_KEPT)
-        elif line != engine_line:
+        else:
             step_lines.append(line[:STEP_LINE_CHARS])
     fallback = explain_removed_image(engine_error) if engine_error else "the build failed"
     return BuildFailure(step=step, first_error=first_error(step_lines) or fallback)

@@ -1,7 +1,9 @@
 """What every rendering of a report shows the same way: stage order, statuses, durations, one-line
-summaries and flattened facts. Pure and deterministic, so Markdown, HTML and JUnit never disagree.
+summaries and flattened facts, and the `PageView` the HTML and Markdown templates both lay out. Pure
+and deterministic, so Markdown, HTML and JUnit never disagree.
 
-Nothing here escapes for a format: each renderer escapes for its own syntax. What no format can
+Nothing here escapes for a format: HTML is autoescaped, Markdown goes through the `md` and `code`
+filters (both registered in orchestrator/resources.py), JUnit through ElementTree. What no format can
 carry (control characters, lone surrogates) is handled by orchestrator/text.py, which this module
 re-exports for its renderers.
 """
@@ -25,6 +27,9 @@ __all__ = [
     "MAX_LIST_ITEMS",
     "STAGE_ORDER",
     "STATUS_LABEL",
+    "CheckRow",
+    "PageView",
+    "StageView",
     "checks_summary",
     "clean",
     "flatten_facts",
@@ -33,6 +38,7 @@ __all__ = [
     "headline",
     "one_line",
     "ordered_stages",
+    "page_view",
     "scalar_text",
     "short_image_id",
 ]

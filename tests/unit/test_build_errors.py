@@ -269,8 +269,9 @@ def test_an_image_removed_right_after_its_build_is_explained(
     from orchestrator.engine import BuildOutcome
 
     outcome = BuildOutcome(image_id="sha256:" + "c" * 64, log="Step 1/1 : FROM x\n")
-    with pytest.raises(EnvironmentFailure, match="removed by another user or process"):
+    with pytest.raises(EnvironmentFailure, match="removed by another user or process") as caught:
         _run_build(tiny_example, monkeypatch, _BuildEngine(outcome, built=None), tmp_path)
+    assert caught.value.code == "image-not-built", "not base-image-missing: the base was there, the built image went"
 
 
 def test_a_pin_whose_hash_belongs_to_another_version_is_bad_input(tmp_path: Path) -> None:

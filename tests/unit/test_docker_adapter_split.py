@@ -13,7 +13,7 @@ from typing import Any
 import docker.errors
 import pytest
 
-from orchestrator.engine import BuildOutcome, ImageInfo, RunSpec
+from orchestrator.engine import BuildOutcome, RunSpec
 from orchestrator.engine.build_log import STEP_LINE, build_failure
 from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt
@@ -82,6 +82,9 @@ def test_without_a_tool_error_line_the_failure_is_the_engines_error() -> None:
     failure = build_failure(log, ENGINE_ERROR)
     assert failure.step == "RUN false" and failure.first_error == ENGINE_ERROR
     assert build_failure("", None).first_error == "the build failed"
+    two_lines = "failed to solve:\nerror: something"
+    failure = build_failure(f"Step 1/1 : RUN x\nrunning\nERROR: {two_lines}\n", two_lines)
+    assert failure.first_error == two_lines, "the engine's own error is never read as the step's output"
 
 
 def test_the_adapter_imports_no_log_reader() -> None:
@@ -124,43 +127,3 @@ def test_a_missing_built_image_is_image_not_built_never_base_image_missing(use: 
     assert not isinstance(caught.value, BaseImageMissing)
     assert caught.value.code == "image-not-built" and caught.value.exit_code == 3
     assert "orch/app:1" in str(caught.value) and "removed by another user or process" in str(caught.value)
-
-
-class _BuiltThenGone:
-    """The base is there; the build succeeds; the built image is gone before orch reads it."""
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {}
-
-    def image(self, ref: str) -> ImageInfo | None:
-        if ref.startswith("orch/debian-python"):
-            return ImageInfo(id="sha256:" + "b" * 64, tags=(ref,), labels={}, env={}, repo_digests=(), size=1)
-        return None
-
-    def build(self, *args: Any, **kwargs: Any) -> BuildOutcome:
-        return BuildOutcome(image_id="sha256:" + "c" * 64, log="Step 1/1 : FROM x\n")
-
-
-def test_a_built_image_removed_after_its_build_is_not_the_base(
-    tiny_example: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from orchestrator.dossier.load import load_dossier
-    from orchestrator.stages import build as build_module
-    from orchestrator.stages.code_source import CodeState
-    from orchestrator.stages.context import RenderedContext
-
-    state = CodeState("folder", "app", None, False, None, "0" * 64)
-    context = tmp_path / "context"
-    context.mkdir()
-    (context / "Dockerfile").write_text("FROM scratch\n")
-    monkeypatch.setattr(build_module, "inspect_code", lambda loaded: state)
-    monkeypatch.setattr(
-        build_module,
-        "write_context",
-        lambda *a, **k: RenderedContext(directory=context, dockerfile="", wheels=(), code=state),
-    )
-    loaded = load_dossier(tiny_example / "dossier.yaml")
-    with pytest.raises(ImageNotBuilt) as caught:
-        build_module.run_build(loaded, _BuiltThenGone(), build_module.BuildOptions(out=tmp_path / "out"))  # type: ignore[arg-type]
-    assert caught.value.code == "image-not-built", "not base-image-missing: the base was there"
