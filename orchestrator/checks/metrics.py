@@ -1,0 +1,204 @@
+"""The sample checks' numerics, vectorised with numpy and walked a bounded chunk at a time.
+
+Each function gives the same answer as the plain-Python loop it replaced (which converted every value
+to a Python float and compared one pair at a time): the same worst value, at the same index, with the
+same rule for NaN and for ties (the first one wins). Where summation order could change the last bit
+of a printed result, the order is kept:
+
+- `max_abs`, `allclose` and `exact` are element-wise, so numpy computes exactly what Python did
+  (float64 arithmetic; exact comparisons stay exact: integers and floats that numpy could only compare
+  after rounding are compared as Python objects).
+- cosine: every row is computed fast (`einsum`), then the rows that could be the minimum (within a
+  bound of summation error of the fast minimum) are computed again summing column by column, as the
+  loop did, so the reported minimum and its row are bit-for-bit the loop's.
+- nearest neighbour: cosine scores in float64 by chunked matrix products (rows of the output against
+  the queried rows); memory is O(chunk * queries). Scores equal to the last bit may order differently
+  from the loop's sums; an exact tie still goes to the first row.
+
+Memory: O(chunk) per pass (`arrays.CHUNK_VALUES` values), plus one float64 per row for the cosine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from orchestrator.checks.arrays import CHUNK_VALUES, Array, NDArray
+
+#: The nearest-neighbour pass holds a chunk of rows and its scores against every query: this many values.
+NEIGHBOUR_VALUES = 4 * CHUNK_VALUES
+
+
+def _f64(values: NDArray) -> NDArray:
+    return values.astype(np.float64, copy=False)
+
+
+def _paired(observed: Array, reference: Array, size: int) -> Iterator[tuple[int, NDArray, NDArray]]:
+    for start in range(0, size, CHUNK_VALUES):
+        stop = min(size, start + CHUNK_VALUES)
+        yield start, observed.flat(start, stop), reference.flat(start, stop)
+        observed.release()
+        reference.release()
+
+
+def _kind(values: NDArray) -> str:
+    return "f" if values.dtype.kind == "V" else values.dtype.kind  # "V": bfloat16, a float
+
+
+def _equal(a: NDArray, b: NDArray) -> NDArray:
+    """Element-wise `a == b` with Python's meaning: exact, whatever the two dtypes."""
+    ka, kb = _kind(a), _kind(b)
+    if ka in "fb" and kb in "fb":
+        return np.asarray(_f64(a) == _f64(b))
+    if ka in "iub" and kb in "iub" and {ka, kb} != {"i", "u"}:
+        return np.asarray(a == b)
+    if "O" not in (ka, kb) and {ka, kb} <= {"f", "i", "u", "b"}:
+        # An integer and a float: exact in float64 while the integers stay within 2**53.
+        ints = a if ka in "iu" else b
+        if not ints.size or float(np.max(np.abs(ints.astype(np.float64)))) < 2.0**53:
+            return np.asarray(_f64(a) == _f64(b))
+    as_objects = [x.astype(np.float64).astype(object) if _kind(x) == "f" else x.astype(object) for x in (a, b)]
+    return np.array([x == y for x, y in zip(as_objects[0].tolist(), as_objects[1].tolist(), strict=True)], dtype=bool)
+
+
+def count_non_finite(array: Array) -> int:
+    bad = 0
+    for _, chunk in array.flat_chunks():
+        bad += int(chunk.size - np.count_nonzero(np.isfinite(_f64(chunk))))
+    return bad
+
+
+def exact_differences(observed: Array, reference: Array) -> tuple[int, int]:
+    """(how many values differ, the first flat index that does or -1). Same shapes."""
+    differing, first = 0, -1
+    for start, x, y in _paired(observed, reference, observed.size):
+        unequal = ~_equal(x, y)
+        count = int(np.count_nonzero(unequal))
+        if count and first < 0:
+            first = start + int(np.argmax(unequal))
+        differing += count
+    return differing, first
+
+
+def equal_values(observed: Array, reference: Array) -> tuple[int, int]:
+    """(how many values are equal, the first position that differs or -1) over the shorter of the two."""
+    equal, first = 0, -1
+    for start, x, y in _paired(observed, reference, min(observed.size, reference.size)):
+        same = _equal(x, y)
+        equal += int(np.count_nonzero(same))
+        if first < 0 and not same.all():
+            first = start + int(np.argmin(same))
+    return equal, first
+
+
+def worst_abs(observed: Array, reference: Array) -> tuple[float, int]:
+    """The largest |observed - reference| and its flat index: NaN beats any number; -1 when all are 0."""
+    worst, at = 0.0, -1
+    with np.errstate(all="ignore"):
+        for start, x, y in _paired(observed, reference, observed.size):
+            difference = np.abs(_f64(x) - _f64(y))
+            if not difference.size:
+                continue
+            index = int(np.argmax(difference))  # the first NaN, else the first maximum
+            value = float(difference[index])
+            if (math.isnan(value) and not math.isnan(worst)) or value > worst:
+                worst, at = value, start + index
+    return worst, at
+
+
+def allclose_outside(observed: Array, reference: Array, atol: float, rtol: float) -> tuple[int, int, float]:
+    """(values outside atol + rtol·|reference|, the flat index of the worst (NaN worst of all), its |Δ|)."""
+    bad, worst_rank, worst_at, worst_diff = 0, -math.inf, -1, 0.0
+    with np.errstate(all="ignore"):
+        for start, x, y in _paired(observed, reference, observed.size):
+            xf, yf = _f64(x), _f64(y)
+            difference = np.abs(xf - yf)
+            excess = difference - (atol + rtol * np.abs(yf))
+            outside = (excess > 0) | np.isnan(excess)
+            count = int(np.count_nonzero(outside))
+            if not count:
+                continue
+            bad += count
+            rank = np.where(outside, np.where(np.isnan(excess), math.inf, excess), -math.inf)
+            index = int(np.argmax(rank))
+            if float(rank[index]) > worst_rank:
+                worst_rank, worst_at, worst_diff = float(rank[index]), start + index, float(difference[index])
+    return bad, worst_at, worst_diff
+
+
+def _cosines(x: NDArray, y: NDArray, *, in_order: bool) -> NDArray:
+    """Row-wise dot / (‖x‖·‖y‖), NaN where a norm is 0. `in_order`: sums column by column, as Python did."""
+    if in_order:
+        dot, norm_x, norm_y = (np.zeros(len(x)) for _ in range(3))
+        columns_x, columns_y = np.asfortranarray(x), np.asfortranarray(y)
+        for column in range(x.shape[1]):
+            a, b = columns_x[:, column], columns_y[:, column]
+            dot += a * b
+            norm_x += a * a
+            norm_y += b * b
+    else:
+        dot, norm_x, norm_y = np.einsum("ij,ij->i", x, y), np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)
+    norm = np.sqrt(norm_x) * np.sqrt(norm_y)
+    return np.where(norm != 0, dot / np.where(norm != 0, norm, 1.0), math.nan)
+
+
+def min_row_cosine(observed: Array, reference: Array) -> tuple[int, float]:
+    """(row, cosine) of the least similar row; a NaN row counts as the least similar. (0, 1.0) for no rows."""
+    if not observed.size:
+        return 0, 1.0
+    width = observed.row_width
+    fast = np.empty(observed.n_rows)
+    with np.errstate(all="ignore"):
+        for first, x in observed.row_chunks():
+            y = reference.row_block(first, first + len(x))
+            fast[first : first + len(x)] = _cosines(_f64(x), _f64(y), in_order=False)
+            reference.release()
+        nan = np.isnan(fast)
+        if nan.any():  # NaN comes from the same values (NaN, Inf, an all-zero row) in any summation order
+            row = int(np.argmax(nan))
+            return row, float(fast[row])
+        # Summation order moves a cosine by at most ~(width)·2⁻⁵³ per row; a generous bound of it.
+        bound = 16 * (width + 4) * 2.0**-53 * max(1.0, float(np.max(np.abs(fast))))
+        candidates = np.flatnonzero(fast <= fast.min() + bound)
+        worst_row, worst = 0, math.inf
+        step = max(1, CHUNK_VALUES // max(1, width))
+        for start in range(0, len(candidates), step):
+            rows = candidates[start : start + step]
+            exact = _cosines(_f64(observed.take_rows(rows)), _f64(reference.take_rows(rows)), in_order=True)
+            index = int(np.argmin(exact))
+            if float(exact[index]) < worst:
+                worst_row, worst = int(rows[index]), float(exact[index])
+    return worst_row, worst
+
+
+def _norms(rows: NDArray) -> NDArray:
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    return np.where(norms == 0, 1.0, norms)  # an all-zero row scores 0 against everything, as before
+
+
+def nearest_rows(array: Array, queries: list[int]) -> dict[int, int]:
+    """For each queried row, the other row with the highest cosine (the first of equals); -1 if none scores."""
+    wanted = np.array(sorted({q for q in queries if 0 <= q < array.n_rows}), dtype=np.intp)
+    if not wanted.size:
+        return {}
+    width = max(1, array.row_width)
+    with np.errstate(all="ignore"):
+        query = _f64(array.take_rows(wanted))
+        query_norms = _norms(query)
+        best_score = np.full(len(wanted), -math.inf)
+        best = np.full(len(wanted), -1, dtype=np.intp)
+        every = np.arange(len(wanted))
+        per_chunk = max(1, NEIGHBOUR_VALUES // (width + len(wanted))) * width
+        for first, block in array.row_chunks(per_chunk):
+            rows = _f64(block)
+            scores = (query @ rows.T) / (query_norms[:, None] * _norms(rows)[None, :])
+            scores[np.isnan(scores)] = -math.inf
+            inside = (wanted >= first) & (wanted < first + len(rows))
+            scores[every[inside], wanted[inside] - first] = -math.inf  # a row is not its own neighbour
+            index = np.argmax(scores, axis=1)
+            value = scores[every, index]
+            better = value > best_score
+            best_score[better], best[better] = value[better], first + index[better]
+    return dict(zip(wanted.tolist(), best.tolist(), strict=True))
