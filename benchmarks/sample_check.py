@@ -23,8 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
 BEFORE_COMMIT = "272adde"
 
@@ -61,21 +59,30 @@ print(json.dumps({"seconds": seconds, "peak_kib": peak, "baseline_kib": baseline
 """
 
 
+WRITE = """
+import json, sys
+from pathlib import Path
+import numpy as np
+folder, rows, dim, pairs = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+folder.mkdir(parents=True, exist_ok=True)
+rng = np.random.default_rng(10)
+reference = rng.standard_normal((rows, dim), dtype=np.float32)
+# Pairs of near-duplicates (rows 2k and 2k+1): each the other's nearest row.
+noise = 0.05 * rng.standard_normal((pairs, dim), dtype=np.float32)
+reference[1 : 2 * pairs : 2] = reference[0 : 2 * pairs : 2] + noise
+output = reference + np.float32(1e-4) * rng.standard_normal((rows, dim), dtype=np.float32)
+np.save(folder / "reference.npy", reference)
+np.save(folder / "embeddings.npy", output)
+ids = [f"r{i}" for i in range(rows)]
+(folder / "ids.json").write_text(json.dumps(ids))
+(folder / "pairs.json").write_text(json.dumps([[ids[2 * k], ids[2 * k + 1]] for k in range(pairs)]))
+"""
+
+
 def write_data(folder: Path, rows: int, dim: int, pairs: int) -> int:
-    """The output, its reference, ids and pairs; returns the output's size in bytes."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(10)
-    reference = rng.standard_normal((rows, dim), dtype=np.float32)
-    # Pairs of near-duplicates (rows 2k and 2k+1): each the other's nearest row.
-    reference[1 : 2 * pairs : 2] = reference[0 : 2 * pairs : 2] + 0.05 * rng.standard_normal(
-        (pairs, dim), dtype=np.float32
-    )
-    output = reference + np.float32(1e-4) * rng.standard_normal((rows, dim), dtype=np.float32)
-    np.save(folder / "reference.npy", reference)
-    np.save(folder / "embeddings.npy", output)
-    ids = [f"r{i}" for i in range(rows)]
-    (folder / "ids.json").write_text(json.dumps(ids))
-    (folder / "pairs.json").write_text(json.dumps([[ids[2 * k], ids[2 * k + 1]] for k in range(pairs)]))
+    """The output, its reference, ids and pairs (written by a child: a forked measurement would inherit
+    this process's peak RSS); returns the output's size in bytes."""
+    subprocess.run([sys.executable, "-c", WRITE, str(folder), str(rows), str(dim), str(pairs)], check=True)
     return (folder / "embeddings.npy").stat().st_size
 
 

@@ -11,9 +11,10 @@ of a printed result, the order is kept:
 - cosine: every row is computed fast (`einsum`), then the rows that could be the minimum (within a
   bound of summation error of the fast minimum) are computed again summing column by column, as the
   loop did, so the reported minimum and its row are bit-for-bit the loop's.
-- nearest neighbour: cosine scores in float64 by chunked matrix products (rows of the output against
-  the queried rows); memory is O(chunk * queries). Scores equal to the last bit may order differently
-  from the loop's sums; an exact tie still goes to the first row.
+- nearest neighbour: chunked matrix products of the queried rows against all rows, in float32 on
+  unit rows to find the few rows that can be a query's nearest (within a bound of float32 error of the
+  best), then those scored in float64 as the loop did; memory is O(chunk * queries + queries * chunks). Scores equal to
+  the last bit may order differently from the loop's sums; an exact tie still goes to the first row.
 
 Memory: O(chunk) per pass (`arrays.CHUNK_VALUES` values), plus one float64 per row for the cosine.
 """
@@ -178,27 +179,97 @@ def _norms(rows: NDArray) -> NDArray:
     return np.where(norms == 0, 1.0, norms)  # an all-zero row scores 0 against everything, as before
 
 
+def _unit_rows32(block: NDArray) -> NDArray | None:
+    """Rows scaled to unit length, in float32 (float64 data is scaled before it is rounded); None unless
+    every norm is finite (NaN, Inf or a norm past float32's range: the chunk is scored in float64)."""
+    rows = block if block.dtype == np.float64 else block.astype(np.float32, copy=False)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    if not np.isfinite(norms).all():
+        return None
+    unit = rows / np.where(norms == 0, 1, norms)[:, None]
+    return unit.astype(np.float32, copy=False)
+
+
+def _exact_scores(query: NDArray, query_norms: NDArray, which: NDArray, rows: NDArray) -> NDArray:
+    """float64 cosine of queries `which` against `rows` (one row each), by the loop's rule for zero norms."""
+    rows = _f64(rows)
+    scores: NDArray = np.einsum("ij,ij->i", query[which], rows) / (query_norms[which] * _norms(rows))
+    scores[np.isnan(scores)] = -math.inf
+    return scores
+
+
 def nearest_rows(array: Array, queries: list[int]) -> dict[int, int]:
-    """For each queried row, the other row with the highest cosine (the first of equals); -1 if none scores."""
+    """For each queried row, the other row with the highest cosine (the first of equals); -1 if none scores.
+
+    One pass of float32 products of unit rows finds, per query and chunk, the best row and the runner-up.
+    A float32 dot product of unit vectors of `width` values is within about (width + 2)·2⁻²⁴ of the exact
+    cosine (twice that with the float32 norms), so only rows whose float32 score is within a margin of
+    four times that of the query's best can be its nearest; those are scored again in float64 (usually
+    one per query). A chunk whose runner-up is inside the margin (near-duplicates) is searched in full
+    for that query; one with NaN, Inf or huge values is scored in float64 outright.
+    """
     wanted = np.array(sorted({q for q in queries if 0 <= q < array.n_rows}), dtype=np.intp)
     if not wanted.size:
         return {}
     width = max(1, array.row_width)
+    margin = 8 * (width + 4) * 2.0**-24
+    every = np.arange(len(wanted))
     with np.errstate(all="ignore"):
         query = _f64(array.take_rows(wanted))
         query_norms = _norms(query)
-        best_score = np.full(len(wanted), -math.inf)
-        best = np.full(len(wanted), -1, dtype=np.intp)
-        every = np.arange(len(wanted))
+        unit_query = _unit_rows32(query) if np.isfinite(query).all() else None
         per_chunk = max(1, NEIGHBOUR_VALUES // (width + len(wanted))) * width
+        screened: list[tuple[int, int, NDArray, NDArray, NDArray]] = []  # first, rows, best, top, runner-up
+        scored: list[tuple[NDArray, NDArray, NDArray]] = []  # query positions, rows, float64 scores
         for first, block in array.row_chunks(per_chunk):
-            rows = _f64(block)
-            scores = (query @ rows.T) / (query_norms[:, None] * _norms(rows)[None, :])
-            scores[np.isnan(scores)] = -math.inf
-            inside = (wanted >= first) & (wanted < first + len(rows))
-            scores[every[inside], wanted[inside] - first] = -math.inf  # a row is not its own neighbour
-            index = np.argmax(scores, axis=1)
-            value = scores[every, index]
-            better = value > best_score
-            best_score[better], best[better] = value[better], first + index[better]
+            inside = (wanted >= first) & (wanted < first + len(block))
+            own = (every[inside], wanted[inside] - first)
+            unit = _unit_rows32(block) if unit_query is not None else None
+            if unit is None or unit_query is None:
+                rows = _f64(block)
+                scores = (query @ rows.T) / (query_norms[:, None] * _norms(rows)[None, :])
+                scores[np.isnan(scores)] = -math.inf
+                scores[own] = -math.inf  # a row is not its own neighbour
+                index = np.argmax(scores, axis=1)
+                scored.append((every, first + index, scores[every, index]))
+                continue
+            approx = unit_query @ unit.T
+            approx[own] = -np.inf
+            index = np.argmax(approx, axis=1)
+            top = approx[every, index]
+            approx[every, index] = -np.inf
+            screened.append((first, len(block), first + index, top, approx.max(axis=1)))
+        if screened:
+            assert unit_query is not None  # chunks are screened only with unit queries
+            threshold = np.max([top for _, _, _, top, _ in screened], axis=0) - margin
+            for first, count, index, top, runner_up in screened:
+                near = top >= threshold
+                which = every[near & (wanted != index)]
+                scored.append(
+                    (which, index[which], _exact_scores(query, query_norms, which, array.take_rows(index[which])))
+                )
+                crowded = every[near & (runner_up >= threshold)]
+                if crowded.size:  # near-duplicates: every row of the chunk inside the margin is a candidate
+                    rows = array.row_block(first, first + count)
+                    crowded_unit = _unit_rows32(rows)
+                    crowded_approx = unit_query[crowded] @ crowded_unit.T if crowded_unit is not None else None
+                    for position, query_row in enumerate(crowded.tolist()):
+                        columns = (
+                            np.arange(count)
+                            if crowded_approx is None
+                            else np.flatnonzero(crowded_approx[position] >= threshold[query_row])
+                        )
+                        columns = columns[first + columns != wanted[query_row]]
+                        which = np.full(len(columns), query_row)
+                        scored.append((which, first + columns, _exact_scores(query, query_norms, which, rows[columns])))
+                    array.release()
+        which = np.concatenate([w for w, _, _ in scored])
+        rows_of = np.concatenate([r for _, r, _ in scored])
+        score = np.concatenate([s for _, _, s in scored])
+    order = np.lexsort((rows_of, -score, which))  # by query, then the best score, then the first row of equals
+    which, rows_of, score = which[order], rows_of[order], score[order]
+    firsts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]]) if len(which) else np.zeros(0, dtype=np.intp)
+    best = np.full(len(wanted), -1, dtype=np.intp)
+    found = firsts[score[firsts] > -math.inf]  # the loop only took a score above -inf
+    best[which[found]] = rows_of[found]
     return dict(zip(wanted.tolist(), best.tolist(), strict=True))

@@ -196,3 +196,19 @@ def test_a_json_output_reads_through_the_same_chunks() -> None:
     assert array.dtype == "float64" and array.row(2) == [8.0, 9.0, 10.0, 11.0]
     assert array.value_at(5) == 5.0 and list(array.rows())[1] == [4.0, 5.0, 6.0, 7.0]
     assert metrics.count_non_finite(from_json_value([1.0, float("nan"), float("inf")])) == 2
+
+
+def test_nearest_rows_screened_in_float32_match_float64_scores(tmp_path: Path) -> None:
+    # Near-duplicates closer than float32 can tell apart from the best: the float64 pass decides them.
+    rng = np.random.default_rng(11)
+    rows = rng.standard_normal((3000, 64))
+    rows[1:200:2] = rows[0:200:2] + 1e-9 * rng.standard_normal((100, 64))
+    rows[500] = rows[501] = rows[502]  # exact ties: the first row wins
+    np.save(tmp_path / "e.npy", rows)
+    queries = [*range(0, 200), 500, 501, 502, 2999]
+    unit = rows / np.linalg.norm(rows, axis=1)[:, None]
+    scores = unit[queries] @ unit.T
+    scores[np.arange(len(queries)), queries] = -np.inf
+    expected = dict(zip(queries, np.argmax(scores, axis=1).tolist(), strict=True))
+    assert metrics.nearest_rows(read_npy(tmp_path / "e.npy"), queries) == expected
+    assert expected[500] == 501 and expected[501] == 500 and expected[0] == 1
