@@ -4,7 +4,9 @@ and every metric gives exactly the answer of the plain-Python loops it replaced 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,10 +16,13 @@ import pytest
 
 from orchestrator.checks import metrics
 from orchestrator.checks.arrays import SMALL_BYTES, ArrayFormatError, from_json_value, read_npy
-from orchestrator.checks.sample import compare
+from orchestrator.checks.sample import compare, sample_checks
+from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.dossier.models import CosineComparison
+from tests.paths import EXAMPLES
 
 WHY = "stated before comparing, for the test"
+TINY = EXAMPLES / "tiny-embeddings"
 
 # -- the reader ---------------------------------------------------------------------------------------
 
@@ -212,3 +217,51 @@ def test_nearest_rows_screened_in_float32_match_float64_scores(tmp_path: Path) -
     expected = dict(zip(queries, np.argmax(scores, axis=1).tolist(), strict=True))
     assert metrics.nearest_rows(read_npy(tmp_path / "e.npy"), queries) == expected
     assert expected[500] == 501 and expected[501] == 500 and expected[0] == 1
+
+
+def _tiny_with_output_dtype(dtype: str) -> LoadedDossier:
+    loaded = load_dossier(TINY / "dossier.yaml")
+    output = loaded.model.expect.outputs[0].model_copy(update={"dtype": dtype})
+    expect = loaded.model.expect.model_copy(update={"outputs": [output]})
+    return dataclasses.replace(loaded, model=loaded.model.model_copy(update={"expect": expect}))
+
+
+def _sample_output(folder: Path, embeddings: np.ndarray, **save: bool) -> Path:
+    folder.mkdir()
+    shutil.copyfile(TINY / "sample" / "ids.json", folder / "ids.json")
+    np.save(folder / "embeddings.npy", embeddings, **save)
+    return folder
+
+
+def test_a_bfloat16_output_is_checked_end_to_end(tmp_path: Path) -> None:
+    reference = np.load(TINY / "reference" / "embeddings.npy")
+    out = _sample_output(tmp_path / "sample-output", reference.astype(ml_dtypes.bfloat16))
+    checks = {c.name: c for c in sample_checks(_tiny_with_output_dtype("bfloat16"), out)}
+    assert checks["embeddings: dtype"].passed and checks["embeddings: dtype"].observed == "bfloat16"
+    assert checks["embeddings: finite"].passed
+    cosine = checks["embeddings: cosine vs reference/embeddings.npy"]
+    assert cosine.observed.startswith("min cosine = 0.99"), cosine.observed  # bfloat16 keeps 8 bits
+    undeclared = sample_checks(load_dossier(TINY / "dossier.yaml"), out)[0]
+    assert undeclared.name == "embeddings: readable" and not undeclared.passed
+    assert "declare dtype: bfloat16 for the output in the dossier" in undeclared.observed
+
+
+def test_a_pickled_output_is_one_refusal_line_and_never_unpickled(tmp_path: Path) -> None:
+    out = _sample_output(tmp_path / "sample-output", np.array([_Boom()], dtype=object), allow_pickle=True)
+    check = sample_checks(load_dossier(TINY / "dossier.yaml"), out)[0]
+    assert check.name == "embeddings: readable" and not check.passed and "\n" not in check.observed
+    assert check.observed == (
+        "refused: sample-output/embeddings.npy is not a usable .npy file: sample-output/embeddings.npy: "
+        "dtype '|O' holds Python objects; orch never unpickles an output"
+    )
+
+
+class _Boom:
+    """Unpickling this would raise: the refusal must come before any unpickling."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (_explode, ("unpickled",))
+
+
+def _explode(message: str) -> None:
+    raise AssertionError(message)
