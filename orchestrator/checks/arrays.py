@@ -116,14 +116,15 @@ class Array(ABC):
         self._check_intact()
         data = self._data()
         if data.ndim < 2:
-            return data.reshape(1, -1)[first:stop]
-        return data[first:stop].reshape(-1, self.row_width)
+            return data.reshape(1, self.size)[first:stop]
+        rows = data[first:stop]
+        return rows.reshape(len(rows), self.row_width)
 
     def take_rows(self, indices: NDArray) -> NDArray:
         """The rows at `indices` as a 2-D array (a copy)."""
         self._check_intact()
         data = self._data()
-        rows = data.reshape(1, -1) if data.ndim < 2 else data.reshape(data.shape[0], -1)
+        rows = data.reshape(1, self.size) if data.ndim < 2 else data.reshape(data.shape[0], self.row_width)
         taken = rows[indices]
         self.release()
         return taken

@@ -211,6 +211,8 @@ def nearest_rows(array: Array, queries: list[int]) -> dict[int, int]:
     wanted = np.array(sorted({q for q in queries if 0 <= q < array.n_rows}), dtype=np.intp)
     if not wanted.size:
         return {}
+    if not array.size:  # rows without values: every score is 0/1, so the first other row wins
+        return {q: (1 if array.n_rows > 1 else -1) if q == 0 else 0 for q in wanted.tolist()}
     width = max(1, array.row_width)
     margin = 8 * (width + 4) * 2.0**-24
     every = np.arange(len(wanted))

@@ -265,3 +265,16 @@ class _Boom:
 
 def _explode(message: str) -> None:
     raise AssertionError(message)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 16), (5, 0), ()])
+def test_empty_and_scalar_arrays_go_through_every_metric(tmp_path: Path, shape: tuple[int, ...]) -> None:
+    np.save(tmp_path / "e.npy", np.ones(shape, dtype=np.float32))
+    array = read_npy(tmp_path / "e.npy")
+    size = math.prod(shape)
+    assert metrics.min_row_cosine(array, array) == (0, 1.0)
+    assert metrics.worst_abs(array, array) == (0.0, -1) and metrics.count_non_finite(array) == 0
+    assert metrics.exact_differences(array, array) == (0, -1) and metrics.equal_values(array, array) == (size, -1)
+    rows = [[1.0] * math.prod(shape[1:])] * shape[0] if len(shape) >= 2 else [[1.0] * size]
+    expected = {i: _old_nearest(rows, i) for i in (0, 1) if i < len(rows)}
+    assert metrics.nearest_rows(array, [0, 1]) == expected
