@@ -8,12 +8,13 @@ What a container wrote is untrusted and may be large, so a `.npy` file is read t
 `np.load(allow_pickle=False, mmap_mode="r")` would read it, but through the descriptor that
 `orchestrator.untrusted.open_output` opened (no link followed, a regular file, its size checked
 first): the header is parsed from that file object by `numpy.lib.format`, object and structured dtypes
-are refused (nothing is ever unpickled), then the same descriptor is memory-mapped at the data offset
-(tiny files are read whole). Checks walk the mapping a bounded chunk at a time and hand each chunk's
-pages back to the kernel afterwards (`madvise(MADV_DONTNEED)`), so host memory stays O(chunk) however
-large the file is (its size is bounded by `expect.limits`). The mapping is safe from `SIGBUS` because
-the container that wrote the file has exited before the host reads it; the file's size is still
-re-checked before every chunk, so one truncated meanwhile is a clear error, not a crash.
+are refused (nothing is ever unpickled), then the same descriptor is memory-mapped and viewed as an
+ndarray at the data offset (tiny files are read whole). `mmap` rather than `np.memmap`, which wraps
+the same call, because the checks need the mapping itself: they walk it a bounded chunk at a time and
+hand each chunk's pages back to the kernel afterwards (`madvise(MADV_DONTNEED)`), so host memory stays
+O(chunk) however large the file is (its size is bounded by `expect.limits`). The mapping is safe from
+`SIGBUS` because the container that wrote the file has exited before the host reads it; the file's
+size is still re-checked before every chunk, so one truncated meanwhile is a clear error, not a crash.
 
 `bfloat16` has no numpy type: `ml_dtypes` supplies it. numpy and ml_dtypes save it with the descr
 `<V2` (two opaque bytes), so such a file is read as bfloat16 when the dossier declares
