@@ -204,7 +204,8 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
     from orchestrator import __version__
     from orchestrator.host.collect import collect_host_facts
     from orchestrator.model.report import Report, ReportDossier, overall_verdict
-    from orchestrator.stages.probe import not_run, run_host_mode
+    from orchestrator.pipeline.host_mode import run_host_mode
+    from orchestrator.stages.results import not_run
 
     interpreter = python or shutil.which("python3") or "python3"
     host, device = run_host_mode(

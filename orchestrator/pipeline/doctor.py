@@ -9,8 +9,9 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import CompatVerdict, HostFacts
-from orchestrator.stages.build import default_tag
-from orchestrator.stages.probe import cpu_variant_of, plan_gpu_mapping
+from orchestrator.plan.build import default_tag
+from orchestrator.plan.run import plan_gpu_mapping
+from orchestrator.stages.host_stage import cpu_variant_of
 
 
 class Diagnosis(BaseModel):

@@ -18,7 +18,7 @@ from orchestrator.model.report import Report, ReportDossier, StageResult
 from orchestrator.report.html import render_html
 from orchestrator.report.markdown import render_markdown
 from orchestrator.stages.build import write_record
-from orchestrator.stages.probe import image_stage
+from orchestrator.stages.image_stage import image_stage
 from tests.compare_sample import CPU_FREEZE, Run, make_record
 
 FREEZE = list(CPU_FREEZE)

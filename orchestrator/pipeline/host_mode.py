@@ -1,0 +1,101 @@
+"""Host mode: the host and device stages on this machine, with no engine (GPU hosts with torch, no Docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.model.checks import Check
+from orchestrator.model.host import HostFacts
+from orchestrator.model.report import StageError, StageResult
+from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
+from orchestrator.resources import probe_source
+from orchestrator.stages.device_stage import DEVICE_FACTS, device_checks, probe_json
+from orchestrator.stages.results import check, stage_result
+from orchestrator.untrusted import last_line
+
+
+def run_host_mode(
+    platform: str,
+    version: str | None,
+    python: str,
+    *,
+    host_facts: Callable[[], HostFacts],
+    run: Callable[..., Any],
+) -> tuple[StageResult, StageResult]:
+    """Host and device stages without any container: the device probe runs with `python` on this machine.
+
+    For GPU machines that have torch but no Docker engine: the same probe, the same checks.
+    """
+    host = host_facts()
+    started = time.monotonic()
+    env = {**os.environ, "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version})}
+    try:
+        done = run(
+            [python, "-c", probe_source("device.py")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=DEVICE_PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        device = stage_result(
+            "device", started, [], {"python": python}, error=StageError(step="device probe", message=str(exc))
+        )
+    else:
+        found = probe_json(done.stdout)
+        if found is None:
+            device = stage_result(
+                "device",
+                started,
+                [],
+                {"python": python},
+                error=StageError(
+                    step="device probe", message=f"exited {done.returncode}: {last_line(done.stderr) or 'no output'}"
+                ),
+            )
+        else:
+            mapping = GpuMapping(description="host mode: the host's own devices, no container")
+            facts = {key: found.get(key) for key in DEVICE_FACTS}
+            facts["python"] = python
+            device = stage_result("device", started, device_checks(platform, version, found, mapping), facts)
+    host_started = time.monotonic()
+    checks: list[Check] = []
+    if platform == "cuda":
+        checks.append(
+            check(
+                "NVIDIA driver present",
+                "an NVIDIA kernel driver",
+                host.nvidia.driver_version or "?" if host.nvidia else "no NVIDIA driver found",
+                host.nvidia is not None,
+            )
+        )
+    elif platform == "rocm":
+        checks.append(
+            check(
+                "AMD GPU driver present",
+                "amdgpu with KFD",
+                "present" if host.amd else "no AMD GPU driver found",
+                host.amd is not None,
+            )
+        )
+    else:
+        checks.append(check("no accelerator needed", "CPU platform", "CPU platform", True))
+    host_result = stage_result(
+        "host",
+        host_started,
+        checks,
+        {
+            "kernel": host.kernel,
+            "cpu": host.cpu.model_dump() if host.cpu else None,
+            "nvidia": host.nvidia.model_dump() if host.nvidia else None,
+            "amd": host.amd.model_dump() if host.amd else None,
+            "notes": host.notes,
+        },
+    )
+    return host_result, device
