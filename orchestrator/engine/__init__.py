@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, Self
 
 from orchestrator.plan.specs import Mount, Network, RunSpec
 from orchestrator.untrusted import last_line
@@ -133,9 +133,18 @@ class Engine(Protocol):
 
     def close(self) -> None: ...
 
+    #: An engine is a context manager: `with connect() as engine:` releases its client on the way out,
+    #: also on an error or Ctrl-C.
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
 
 def connect(base_url: str | None = None) -> Engine:
-    """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable."""
+    """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable.
+
+    Use it as a context manager (`with connect() as engine:`), or call `close()`.
+    """
     from orchestrator.engine.docker_engine import DockerEngine
 
     return DockerEngine.connect(base_url)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, EngineInfo
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.plan.build import default_tag
@@ -32,8 +34,14 @@ def _dossier_cuda(loaded: LoadedDossier) -> str | None:
     return loaded.model.system.version if loaded.model.system.platform == "cuda" else None
 
 
-def diagnose(engine: Engine, loaded: LoadedDossier | None) -> Diagnosis:
-    host = collect_host_facts(engine.info())
+def diagnose(
+    engine: Engine,
+    loaded: LoadedDossier | None,
+    *,
+    host_facts: Callable[[EngineInfo], HostFacts] | None = None,
+) -> Diagnosis:
+    """`host_facts` reads this machine (default: `collect_host_facts`, looked up at call time)."""
+    host = (host_facts or collect_host_facts)(engine.info())
     if loaded is None:
         return Diagnosis(host=host)
     platform = loaded.model.system.platform

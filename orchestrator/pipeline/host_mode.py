@@ -9,13 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator import __version__
 from orchestrator.model.checks import Check
 from orchestrator.model.host import HostFacts
-from orchestrator.model.report import StageError, StageResult
+from orchestrator.model.report import Report, ReportDossier, StageError, StageResult, overall_verdict
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
 from orchestrator.resources import probe_source
 from orchestrator.stages.device_stage import DEVICE_FACTS, device_checks, probe_json
-from orchestrator.stages.results import check, stage_result
+from orchestrator.stages.probe import Clock, utc_now
+from orchestrator.stages.results import check, not_run, stage_result
 from orchestrator.untrusted import last_line
 
 
@@ -99,3 +101,34 @@ def run_host_mode(
         },
     )
     return host_result, device
+
+
+def host_mode_report(
+    platform: str,
+    version: str | None,
+    python: str,
+    *,
+    host_facts: Callable[[], HostFacts],
+    run: Callable[..., Any],
+    clock: Clock = utc_now,
+) -> Report:
+    """`orch probe-host`: the host and device stages as a report; image and sample are not run."""
+    host, device = run_host_mode(platform, version, python, host_facts=host_facts, run=run)
+    stages = {
+        "image": not_run("image", "host mode: no image, the host's own Python environment"),
+        "host": host,
+        "device": device,
+        "sample": not_run("sample", "host mode runs the host and device probes only"),
+    }
+    verdict = "passed" if overall_verdict({"host": host, "device": device}) == "passed" else "failed"
+    return Report(
+        orch_version=__version__,
+        created=clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        dossier=ReportDossier(
+            name="host-mode", path="-", identity="-", variant=None, platform=platform, backend_version=version
+        ),
+        image=None,
+        verdict=verdict,
+        stages=stages,
+        notes=[f"host mode with {python}"],
+    )

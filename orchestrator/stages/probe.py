@@ -53,13 +53,25 @@ class ProbeOptions:
     stop_after_failure: bool = False
 
 
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def make_report(
-    loaded: LoadedDossier, image: ReportImage | None, stages: dict[StageName, StageResult], notes: list[str]
+    loaded: LoadedDossier,
+    image: ReportImage | None,
+    stages: dict[StageName, StageResult],
+    notes: list[str],
+    *,
+    created: datetime,
 ) -> Report:
     model = loaded.model
     return Report(
         orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=created.strftime("%Y-%m-%dT%H:%M:%SZ"),
         dossier=ReportDossier(
             name=model.name,
             path=str(loaded.path),
@@ -85,6 +97,7 @@ def run_probe(
     *,
     host_facts: Callable[[], HostFacts] | None = None,
     on_stage: Callable[[str], None] | None = None,
+    clock: Clock = utc_now,
 ) -> Report:
     stage = on_stage or (lambda _: None)
     out = options.out.resolve()
@@ -133,10 +146,11 @@ def run_probe(
         "device": device_result,
         "sample": sample_result,
     }
-    return make_report(loaded, ReportImage(ref=options.image or default_tag(loaded), id=image.id), stages, notes)
+    image_ref = ReportImage(ref=options.image or default_tag(loaded), id=image.id)
+    return make_report(loaded, image_ref, stages, notes, created=clock())
 
 
-def stages_after_failed_build(loaded: LoadedDossier, record: BuildRecord) -> Report:
+def stages_after_failed_build(loaded: LoadedDossier, record: BuildRecord, *, clock: Clock = utc_now) -> Report:
     """`orch rebuild` when the build failed: the image stage carries the failure, the others are not run."""
     assert record.failure is not None
     image = StageResult(
@@ -154,4 +168,4 @@ def stages_after_failed_build(loaded: LoadedDossier, record: BuildRecord) -> Rep
         "device": not_run("device", reason),
         "sample": not_run("sample", reason),
     }
-    return make_report(loaded, None, stages, [])
+    return make_report(loaded, None, stages, [], created=clock())
