@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine
 from orchestrator.model.build_record import BuildRecord
+from orchestrator.model.host import HostFacts
 from orchestrator.model.report import Report
 from orchestrator.stages.build import BuildOptions, run_build
 from orchestrator.stages.probe import Clock, ProbeOptions, run_probe, stages_after_failed_build, utc_now
@@ -41,8 +42,12 @@ def rebuild(
     *,
     hooks: RebuildHooks | None = None,
     clock: Clock = utc_now,
+    host_facts: Callable[[], HostFacts] | None = None,
 ) -> Report:
-    """Build, then probe the image just built; a failed build is a report whose image stage carries it."""
+    """Build, then probe the image just built; a failed build is a report whose image stage carries it.
+
+    `host_facts` reads this machine's GPU facts (default: collected from the host and the engine).
+    """
     hooks = hooks or RebuildHooks()
     record = run_build(loaded, engine, options, on_line=hooks.on_line, on_stage=hooks.on_build_stage, clock=clock)
     hooks.on_built(record)
@@ -54,4 +59,5 @@ def rebuild(
         ProbeOptions(out=options.out, image=record.image.tag, built_in_this_run=True),
         on_stage=hooks.on_probe_stage,
         clock=clock,
+        host_facts=host_facts,
     )
