@@ -10,14 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.model.checks import Check
+from orchestrator.checks.host_layer import ImageNeeds, compat_verdict, host_checks
 from orchestrator.model.host import HostFacts
 from orchestrator.model.report import Report, ReportDossier, StageError, StageResult, overall_verdict
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
 from orchestrator.resources import probe_source
 from orchestrator.stages.device_stage import DEVICE_FACTS, device_checks, probe_json
 from orchestrator.stages.probe import Clock, utc_now
-from orchestrator.stages.results import check, not_run, stage_result
+from orchestrator.stages.results import not_run, stage_result
 from orchestrator.untrusted import last_line
 
 
@@ -67,27 +67,11 @@ def run_host_mode(
             facts["python"] = python
             device = stage_result("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()
-    checks: list[Check] = []
-    if platform == "cuda":
-        checks.append(
-            check(
-                "NVIDIA driver present",
-                "an NVIDIA kernel driver",
-                host.nvidia.driver_version or "?" if host.nvidia else "no NVIDIA driver found",
-                host.nvidia is not None,
-            )
-        )
-    elif platform == "rocm":
-        checks.append(
-            check(
-                "AMD GPU driver present",
-                "amdgpu with KFD",
-                "present" if host.amd else "no AMD GPU driver found",
-                host.amd is not None,
-            )
-        )
-    else:
-        checks.append(check("no accelerator needed", "CPU platform", "CPU platform", True))
+    # The same checks as the probe's host stage; the image's needs are the version asked for, and no
+    # container starts, so there is no mapping to check. Without a version there is nothing to compare.
+    needs = ImageNeeds(cuda=version if platform == "cuda" else None, rocm=version if platform == "rocm" else None)
+    verdict = compat_verdict(platform, host, needs, cpu_variant=None) if version or platform == "cpu" else None
+    checks = host_checks(platform, host, needs, verdict, None)
     host_result = stage_result(
         "host",
         host_started,
