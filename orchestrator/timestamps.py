@@ -1,8 +1,8 @@
 """The one spelling of a moment in orch's documents and labels: RFC 3339, UTC, whole seconds, `Z`.
 
 `2026-12-01T21:12:11Z` in build.json, report.json, the hand-over manifest and the OCI `created` label
-alike, so two documents of the same run compare as strings. Callers that must be testable pass the
-moment in (`rfc3339(clock())`); `utc_now()` is only the default clock.
+alike, so two documents of the same run compare as strings. Callers that must be testable take a clock
+and write `rfc3339(clock())`; `rfc3339_now()` is for the few that take none.
 """
 
 from __future__ import annotations
@@ -20,6 +20,6 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime(RFC3339_FORMAT)
 
 
-def utc_now() -> str:
+def rfc3339_now() -> str:
     """Now, as `rfc3339` spells it."""
     return rfc3339(datetime.now(UTC))

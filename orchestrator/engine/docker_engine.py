@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import docker
 import docker.errors
@@ -107,6 +107,12 @@ class DockerEngine:
 
     def close(self) -> None:
         self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- facts -------------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
 from orchestrator.redact import redact
-from orchestrator.timestamps import utc_now
+from orchestrator.timestamps import rfc3339_now
 from orchestrator.vendor import base_images
 
 REPOSITORY = "orch/debian-python"
@@ -216,6 +216,6 @@ def ensure_base_image(
         )
         if tar.returncode != 0:
             raise EnvironmentFailure(f"packing the root file system failed: {tar.stderr.strip()}")
-        created = utc_now()
+        created = rfc3339_now()
         image_id = engine.import_rootfs(tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version))
     return BaseOutcome(ref=recipe.ref, image_id=image_id, reused=False, log_path=log_path)

@@ -41,7 +41,7 @@ from orchestrator.errors import BadInput, DiskFull
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
-from orchestrator.timestamps import utc_now
+from orchestrator.timestamps import rfc3339_now
 
 HANDOVER_FORMAT = "orch.handover/1"
 IMAGE_FILE = "image.tar.gz"
@@ -274,7 +274,7 @@ def write_handover(
         entries = _sums(staging)
         manifest = Manifest(
             orch_version=__version__,
-            created=utc_now(),
+            created=rfc3339_now(),
             dossier_name=loaded.model.name,
             dossier_file=dossier_file,
             identity=loaded.identity,

@@ -8,7 +8,7 @@ from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.report import StageResult
 from orchestrator.report.view import headline
 from orchestrator.text import one_line
-from orchestrator.timestamps import rfc3339, utc_now
+from orchestrator.timestamps import rfc3339, rfc3339_now
 from orchestrator.untrusted import exited, last_words
 from tests.paths import REPO
 
@@ -25,7 +25,7 @@ def test_rfc3339_is_utc_whole_seconds_with_z() -> None:
     paris = timezone(timedelta(hours=1))
     assert rfc3339(datetime(2026, 12, 1, 22, 12, 11, 999_999, tzinfo=paris)) == "2026-12-01T21:12:11Z"
     assert rfc3339(datetime(2026, 12, 1, 21, 12, 11)) == "2026-12-01T21:12:11Z", "naive is taken as UTC"
-    now = utc_now()
+    now = rfc3339_now()
     assert len(now) == 20 and now.endswith("Z")
     assert datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
     assert _sources_with('"%Y-%m-%dT') == ["orchestrator/timestamps.py"]
