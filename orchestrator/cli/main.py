@@ -17,6 +17,7 @@ from orchestrator.cli.build_cmd import build
 from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
+from orchestrator.cli.lock_cmds import lock
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
@@ -40,6 +41,7 @@ cli.add_command(probe_host)
 cli.add_command(compare)
 cli.add_command(handover)
 cli.add_command(verify)
+cli.add_command(lock)
 
 
 def main(argv: list[str] | None = None) -> None:
