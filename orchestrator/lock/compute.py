@@ -158,9 +158,13 @@ def _header(plan: LockPlan, uv: str, unreachable: tuple[Reachability, ...]) -> l
     return lines
 
 
-def _uv_failure(plan: LockPlan, stderr: str) -> LockFailed:
+def _uv_failure(plan: LockPlan, stderr: str, unreachable: tuple[Reachability, ...]) -> LockFailed:
     detail = " ".join(line.strip() for line in stderr.strip().splitlines() if line.strip())[:1200]
-    hint = torch_choices(plan.target) if "torch" in stderr else None
+    hints = [torch_choices(plan.target)] if "torch" in stderr else []
+    if unreachable:
+        skipped = ", ".join(r.source.url for r in unreachable)
+        hints.append(f"not consulted (unreachable from this host): {skipped}; it may serve what is missing")
+    hint = "; ".join(hints) or None
     return LockFailed(
         f"uv found no lock of {plan.input.shown} for {plan.target.describe()}: {detail or 'no message'}",
         hint=hint,
@@ -206,7 +210,7 @@ def compute_lock(
         )
         done = run_uv(command, uv_env, plan.input.path.resolve().parent)
         if done.returncode != 0:
-            raise _uv_failure(plan, done.stderr)
+            raise _uv_failure(plan, done.stderr, unreachable)
         packages = parse_uv_requirements(out.read_text(encoding="utf-8"))
         pins = work / "pins.txt"
         pins.write_text("".join(f"{p.requirement}\n" for p in packages), encoding="utf-8")
@@ -216,7 +220,7 @@ def compute_lock(
         )
         done = run_uv(command, uv_env, plan.input.path.resolve().parent)
         if done.returncode != 0:
-            raise _uv_failure(plan, done.stderr)
+            raise _uv_failure(plan, done.stderr, unreachable)
         files = wheel_names_from_pylock(pylock.read_text(encoding="utf-8"))
         version = uv_version(uv)
     notes = _attach_files(plan, packages, files)

@@ -152,3 +152,31 @@ def test_pypi_lock_for_python_312_on_aarch64_picks_wheels_for_that_target(tmp_pa
     line = next(line for line in text.splitlines() if line.startswith("    # from") and "numpy-" in line)
     wheel = line.split("file ", 1)[1]
     assert "-cp312-cp312-" in wheel and "aarch64" in wheel and "x86_64" not in wheel
+
+
+@pytest.mark.parametrize(
+    ("dossier", "committed", "index"),
+    [
+        ("dossier-cuda.yaml", "requirements-cu124.lock", "https://download.pytorch.org/whl/cu124"),
+        ("dossier-rocm.yaml", "requirements-rocm624.lock", "https://download.pytorch.org/whl/rocm6.2.4"),
+    ],
+)
+@pytest.mark.usefixtures("pypi")
+def test_minilm_gpu_locks_reproduce_the_committed_pins_or_name_the_index_not_reached(
+    tmp_path: Path, dossier: str, committed: str, index: str
+) -> None:
+    example = tmp_path / "minilm"
+    subprocess.run(["cp", "-r", str(REPO / "examples" / "minilm-embeddings"), str(example)], check=True)
+    pins = {(r.name, str(r.version)) for r in parse_lock((example / committed).read_text()).requirements}
+    done = orch("lock", str(example / dossier))
+    if done.returncode == 0:  # torch's index answers here: the pins are the committed ones, now with hashes
+        computed = parse_lock((example / committed).read_text())
+        assert pins <= {(r.name, str(r.version)) for r in computed.requirements} and computed.fully_hashed
+        return
+    assert done.returncode == 3, done.stderr
+    assert f"{index} (python.indexes[0]): no answer" in done.stderr
+    # Without it, the torch build cannot be found: the error names the working series and the index.
+    skipped = orch("lock", str(example / dossier), "--skip-unreachable")
+    assert skipped.returncode == 2, skipped.stderr
+    assert "torch series built for" in skipped.stderr and "2.6" in skipped.stderr
+    assert f"not consulted (unreachable from this host): {index}" in skipped.stderr
