@@ -18,8 +18,8 @@ from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.lock_cmds import lock
-from orchestrator.cli.tables_cmd import tables
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
+from orchestrator.cli.tables_cmd import tables
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
 
