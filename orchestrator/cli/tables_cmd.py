@@ -49,6 +49,6 @@ def tables(table: str, as_json: bool, markdown: bool) -> None:
         grid = Table(title="Base images ↔ Python")
         for header in ("image", "platform", "CUDA / ROCm", "OS", "glibc", "Python", "default"):
             grid.add_column(header)
-        for row in image_rows():
-            grid.add_row(*row)
+        for image in image_rows():
+            grid.add_row(*image)
         console.print(grid)
