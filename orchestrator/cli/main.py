@@ -19,6 +19,7 @@ from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.lock_cmds import lock
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
+from orchestrator.cli.record_cmd import record
 from orchestrator.cli.tables_cmd import tables
 
 EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
@@ -44,6 +45,7 @@ cli.add_command(handover)
 cli.add_command(verify)
 cli.add_command(lock)
 cli.add_command(tables)
+cli.add_command(record)
 
 
 def main(argv: list[str] | None = None) -> None:
