@@ -4,12 +4,11 @@ spread measured by rerunning the command (`--repeat N`). Streams arrays: memory 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.checks.arrays import Array, ArrayFormatError, read_npy
-from orchestrator.checks.sample import cosine_rows
+from orchestrator.checks.arrays import ArrayFormatError, read_npy
+from orchestrator.checks.metrics import count_non_finite, min_row_cosine, worst_abs
 from orchestrator.dossier.paths import file_sha256
 
 _FORMATS = {".npy": "npy", ".json": "json", ".jsonl": "jsonl"}
@@ -29,10 +28,6 @@ class ObservedOutput:
     spread: dict[str, object] = field(default_factory=dict)
 
 
-def _finite(array: Array) -> bool:
-    return all(math.isfinite(float(value)) for block in array.blocks() for value in block)
-
-
 def observe_output(path: Path, relative: str) -> ObservedOutput:
     kind = _FORMATS.get(path.suffix)
     observed = ObservedOutput(file=relative, format=kind, sha256=file_sha256(path))
@@ -46,7 +41,7 @@ def observe_output(path: Path, relative: str) -> ObservedOutput:
         try:
             observed.shape, observed.dtype = list(array.shape), array.dtype
             if array.dtype.startswith(("float", "bfloat")):
-                observed.finite = _finite(array)
+                observed.finite = count_non_finite(array) == 0
         finally:
             array.close()
     elif kind == "json":
@@ -65,7 +60,8 @@ def observed_outputs(folder: Path) -> list[ObservedOutput]:
 
 
 def measure_spread(reference: Path, rerun: Path, output: ObservedOutput) -> dict[str, object]:
-    """How far a rerun's file is from the reference's: bytes, and for float arrays max |a-b| and row cosine."""
+    """How far a rerun's file is from the reference's: bytes, and for float arrays max |a-b| and row cosine
+    (the same metrics, from orchestrator/checks/metrics.py, the sample stage compares with)."""
     if not rerun.is_file():
         return {"missing": True}
     if file_sha256(rerun) == output.sha256:
@@ -76,15 +72,8 @@ def measure_spread(reference: Path, rerun: Path, output: ObservedOutput) -> dict
     try:
         if a.shape != b.shape:
             return {"identical": False, "shape": list(b.shape)}
-        worst = max(
-            (
-                abs(float(x) - float(y))
-                for xs, ys in zip(a.blocks(), b.blocks(), strict=True)
-                for x, y in zip(xs, ys, strict=True)
-            ),
-            default=0.0,
-        )
-        cosine = min(cosine_rows(b, a), default=1.0) if len(a.shape) >= 1 else None
+        worst = worst_abs(b, a)[0]
+        cosine = min_row_cosine(b, a)[1]
         return {"identical": False, "max_abs": worst, "min_cosine": cosine}
     finally:
         a.close()

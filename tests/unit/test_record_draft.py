@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.dossier.models import Dossier
 from orchestrator.record.draft import (
     Mapped,
@@ -88,3 +90,23 @@ def test_the_draft_proposes_the_measured_spread_and_marks_it_for_a_person() -> N
     assert embeddings.compare.max == 2e-7  # type: ignore[union-attr]
     assert fields_to_confirm(document) == ["description", "expect.outputs[0].compare.justification"]
     assert dossier.python.indexes[0].url == "https://download.pytorch.org/whl/cpu"
+
+
+def test_a_rerun_is_measured_against_the_reference_with_the_sample_stages_metrics(tmp_path: Path) -> None:
+    import numpy as np
+
+    from orchestrator.record.outputs import measure_spread, observe_output
+
+    reference, rerun, same = tmp_path / "ref.npy", tmp_path / "rerun.npy", tmp_path / "same.npy"
+    values = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    np.save(reference, values)
+    np.save(same, values)
+    np.save(rerun, values + np.float32(1e-3))
+    observed = observe_output(reference, "ref.npy")
+    assert (observed.format, observed.shape, observed.dtype, observed.finite) == ("npy", [2, 2], "float32", True)
+    assert measure_spread(reference, same, observed)["identical"] is True
+    spread = measure_spread(reference, rerun, observed)
+    assert spread["identical"] is False
+    assert abs(float(spread["max_abs"]) - 1e-3) < 1e-6  # type: ignore[arg-type]
+    assert 0.999 < float(spread["min_cosine"]) < 1.0  # type: ignore[arg-type]
+    assert measure_spread(reference, tmp_path / "absent.npy", observed) == {"missing": True}
