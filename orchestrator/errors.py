@@ -196,3 +196,28 @@ class WheelhouseError(EnvironmentFailure):
     """Collecting the locked wheels on the host failed (pip download, an index, a hash that no file has)."""
 
     code = "wheelhouse"
+
+
+# `orch lock`
+class LockFailed(BadInput):
+    """No lock fits the inputs and the target (a conflict, a package without a build for the target)."""
+
+    code = "lock-failed"
+
+
+class IndexUnreachable(EnvironmentFailure):
+    """A package index the lock needs did not answer from this host."""
+
+    code = "index-unreachable"
+
+
+class ResolverMissing(EnvironmentFailure):
+    """`uv`, the resolver `orch lock` runs, is not installed next to orch."""
+
+    code = "resolver-missing"
+
+
+class LockStale(VerdictFailed):
+    """`orch lock --check`: the lock no longer matches its inputs, target or sources (for CI)."""
+
+    code = "lock-stale"

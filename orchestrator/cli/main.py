@@ -17,7 +17,11 @@ from orchestrator.cli.build_cmd import build
 from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
+from orchestrator.cli.init_cmd import init
+from orchestrator.cli.lock_cmds import lock
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
+from orchestrator.cli.record_cmd import record
+from orchestrator.cli.tables_cmd import tables
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_SUCCESS, exit_codes_help
 
 
@@ -39,6 +43,10 @@ cli.add_command(probe_host)
 cli.add_command(compare)
 cli.add_command(handover)
 cli.add_command(verify)
+cli.add_command(lock)
+cli.add_command(tables)
+cli.add_command(record)
+cli.add_command(init)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -120,7 +120,7 @@ def vendor_tables_markdown() -> list[str]:
         "## Vendor tables",
         "",
         "orch checks a dossier against these tables (`orchestrator/data/*.json`) before anything is built. "
-        "This section is generated from them.",
+        "This section is generated from them; `orch tables` prints them (`--json` for scripts).",
         "",
         "### torch ↔ CUDA / ROCm",
         "",
