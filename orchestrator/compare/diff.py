@@ -403,7 +403,7 @@ def _platform(side: Side) -> str | None:
     record = _record(side)
     if record.image is None:
         return None
-    from orchestrator.plan.build import LABEL_PREFIX
+    from orchestrator.model.platform import LABEL_PREFIX
 
     platform = record.image.labels.get(f"{LABEL_PREFIX}.platform")
     version = record.image.labels.get(f"{LABEL_PREFIX}.backend.version")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.model.checks import Check
+from orchestrator.model.platform import Platform
 
 REPORT_FORMAT = "orch.report/1"
 StageName = Literal["image", "host", "device", "sample"]
@@ -47,7 +48,7 @@ class ReportDossier(Frozen):
     path: str
     identity: str
     variant: str | None
-    platform: str
+    platform: Platform
     backend_version: str | None
 
 

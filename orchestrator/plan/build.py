@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from orchestrator import __version__, vendor
+from orchestrator import __version__
 from orchestrator.dossier.coherence import ResolvedBaseImage
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.models import DeterminismSpec
+from orchestrator.model.platform import LABEL_PREFIX, InstallMode, Platform
 
 #: The unprivileged user the sample runs as inside every image.
 RUNTIME_UID = 10001
-LABEL_PREFIX = "io.orch"
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,11 @@ class BuildPlan:
     name: str
     identity: str
     variant: str | None
-    platform: vendor.Platform
+    platform: Platform
     backend_version: str | None
     base: ResolvedBaseImage
     python_version: str
-    install_mode: str
+    install_mode: InstallMode
     #: pip options for online installs (index URLs hold no credentials: the dossier refuses them).
     pip_index_options: tuple[str, ...]
     #: True when the build context carries a CA bundle (`orch/ca-bundle.pem`) for the online install.

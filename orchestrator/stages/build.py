@@ -36,7 +36,8 @@ from orchestrator.model.build_record import (
 )
 from orchestrator.model.checks import Check
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan.build import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
+from orchestrator.model.platform import LABEL_PREFIX
+from orchestrator.plan.build import BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
 from orchestrator.stages.build_context import context_tar

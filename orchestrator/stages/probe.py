@@ -35,6 +35,7 @@ from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.model.inventory import Inventory, diff_inventories
+from orchestrator.model.platform import LABEL_PREFIX
 from orchestrator.model.report import (
     Report,
     ReportDossier,
@@ -44,7 +45,7 @@ from orchestrator.model.report import (
     StageResult,
     overall_verdict,
 )
-from orchestrator.plan.build import LABEL_PREFIX, RUNTIME_UID
+from orchestrator.plan.build import RUNTIME_UID
 from orchestrator.resources import probe_source
 from orchestrator.stages.build import default_tag, read_record, run_inventory
 from orchestrator.untrusted import OutputMissing, UnsafeOutput, last_line, parse_json, read_output_json

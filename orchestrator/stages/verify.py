@@ -32,10 +32,11 @@ from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.build import default_tag
-from orchestrator.stages.handover import IMAGE_FILE, Manifest
+from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.stages.probe import ProbeOptions, run_probe
