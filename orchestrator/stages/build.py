@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
@@ -35,8 +37,15 @@ from orchestrator.model.build_record import (
     WheelRef,
 )
 from orchestrator.model.checks import Check
-from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
+from orchestrator.model.inventory import (
+    Inventory,
+    InventoryDiff,
+    InventoryProbeReport,
+    diff_inventories,
+    parse_inventory,
+)
 from orchestrator.model.platform import LABEL_PREFIX
+from orchestrator.model.recorded import mismatch_line
 from orchestrator.plan.build import BuildPlan, make_plan, with_labels, with_stage_labels
 from orchestrator.redact import redact
 from orchestrator.resources import probe_source
@@ -132,7 +141,10 @@ def run_inventory(engine: Engine, image: str) -> tuple[Inventory | None, str | N
         document = parse_json(last.encode("utf-8", errors="replace"), "the inventory probe's output")
         if not isinstance(document, dict):
             raise UnsafeOutput("the inventory probe's output", "is not a JSON object")
+        InventoryProbeReport.model_validate(document)
         return parse_inventory(document), None
+    except ValidationError as exc:
+        return None, mismatch_line(exc, "the inventory probe")
     except UnsafeOutput as exc:
         return None, f"the inventory probe printed no JSON document: {exc}"
     except (ValueError, TypeError, AttributeError) as exc:

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator import __version__
 from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.checks.image import image_checks, reference_inventory_warning
@@ -33,9 +35,11 @@ from orchestrator.errors import ImageNotBuilt
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.checks import Check, first_failure
+from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.model.inventory import Inventory, diff_inventories
 from orchestrator.model.platform import LABEL_PREFIX
+from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import (
     Report,
     ReportDossier,
@@ -51,8 +55,6 @@ from orchestrator.stages.build import default_tag, read_record, run_inventory
 from orchestrator.untrusted import OutputMissing, UnsafeOutput, last_line, parse_json, read_output_json
 
 DEVICE_PROBE_TIMEOUT_S = 600
-#: What the device probe reports that the device stage keeps as facts.
-DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
 #: Largest meta file (determinism.json) the host reads back from a sample: a few hundred bytes are normal.
 META_MAX_BYTES = 64 << 10
 
@@ -485,7 +487,17 @@ def device_stage(
                 message=describe_exit(outcome, spec, "the probe only imports torch and runs two small operations"),
             ),
         )
-    facts = {key: found.get(key) for key in DEVICE_FACTS}
+    try:
+        report = DeviceProbeReport.model_validate(found)
+    except ValidationError as exc:
+        return _stage(
+            "device",
+            started,
+            [],
+            {"gpu_mapping": mapping.description},
+            error=StageError(step="device probe", message=mismatch_line(exc, "the device probe")),
+        )
+    facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
     try:
         checks = device_checks(platform, version, found, mapping)
@@ -827,9 +839,17 @@ def run_host_mode(
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
-            facts = {key: found.get(key) for key in DEVICE_FACTS}
-            facts["python"] = python
-            device = _stage("device", started, device_checks(platform, version, found, mapping), facts)
+            try:
+                report = DeviceProbeReport.model_validate(found)
+            except ValidationError as exc:
+                message = mismatch_line(exc, "the device probe")
+                device = _stage(
+                    "device", started, [], {"python": python}, error=StageError(step="device probe", message=message)
+                )
+            else:
+                facts = {key: getattr(report, key) for key in DEVICE_FACTS}
+                facts["python"] = python
+                device = _stage("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()
     checks: list[Check] = []
     if platform == "cuda":

@@ -15,6 +15,7 @@ from orchestrator.errors import DossierError
 from orchestrator.host.collect import collect_host_facts, parse_cpuinfo
 from orchestrator.model.host import HostFacts
 from tests.paths import GOLDEN
+from tests.probe_outputs import device_output
 from tests.unit.host_fakes import FakeRun
 
 # Two logical CPUs of a Sapphire Rapids-class Xeon, as /proc/cpuinfo lists them (flags trimmed).
@@ -111,7 +112,7 @@ def test_the_device_stage_reports_torchs_cpu_capability_under_the_pinned_knobs(t
     from orchestrator.model.host import CompatVerdict
     from orchestrator.stages.probe import GpuMapping, device_stage
 
-    found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX2"}
+    found = device_output(cpu_capability="AVX2")
     engine = _DeviceEngine(found)
     loaded = load_dossier(_with_knobs(tiny_example))
     image = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_digests=(), size=1)
@@ -206,7 +207,7 @@ def test_host_mode_reports_the_cpu_and_torchs_capability() -> None:
 
     from orchestrator.stages.probe import run_host_mode
 
-    found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX512"}
+    found = device_output(cpu_capability="AVX512")
 
     def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 0, json.dumps(found), "")

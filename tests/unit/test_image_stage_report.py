@@ -20,6 +20,7 @@ from orchestrator.report.markdown import render_markdown
 from orchestrator.stages.build import write_record
 from orchestrator.stages.probe import image_stage
 from tests.compare_sample import CPU_FREEZE, Run, make_record
+from tests.probe_outputs import inventory_output
 
 FREEZE = list(CPU_FREEZE)
 
@@ -196,12 +197,8 @@ def test_a_probe_without_the_build_record_says_the_build_time_is_not_known(tiny_
         def run(self, spec: Any) -> Any:
             from orchestrator.engine import RunOutcome
 
-            document = {
-                "python": {"version": "3.11.2", "executable": "/opt/venv/bin/python", "libc": "glibc-2.36"},
-                "pip": {"freeze": FREEZE, "check_ok": True, "check_lines": []},
-                "os": {"release": {}, "package_manager": "dpkg", "packages": {}},
-                "backend": {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "env": {}},
-            }
+            document = inventory_output()
+            document["pip"].update(freeze=FREEZE, check_ok=True, check_lines=[])
             return RunOutcome(exit_code=0, stdout=json.dumps(document), stderr="", timed_out=False, duration_s=0.1)
 
     result, _ = image_stage(_InventoryEngine(), loaded, image, probe_out)  # type: ignore[arg-type]
