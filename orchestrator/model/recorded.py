@@ -46,8 +46,8 @@ class Recorded(BaseModel):
         return {key: full[key] for key in given if key in full}
 
     def recorded(self) -> dict[str, Any]:
-        """The keys this value holds, as JSON-ready data (what report.json shows)."""
-        return self.model_dump(mode="json")
+        """The keys this value holds, in their order, as plain data (what report.json shows)."""
+        return self.model_dump()
 
 
 def mismatch_line(exc: ValidationError, probe: str) -> str:

@@ -151,7 +151,7 @@ def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
     assert check.detail is not None and "differ from character" in check.detail
     stage = sample_stage(None, loaded, None, None, tmp_path / "out")  # type: ignore[arg-type]  # stops before the engine
     assert stage.status == "failed"
-    facts = stage.facts["fingerprints"]["weights classifier fingerprint"]
+    facts = stage.facts.recorded()["fingerprints"]["weights classifier fingerprint"]
     assert facts == {"expected": declared, "observed": observed}
     error = stage.first_error
     assert error is not None and declared in error.message and observed in error.message
