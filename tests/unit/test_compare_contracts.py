@@ -74,3 +74,14 @@ def test_a_stage_s_facts_take_the_type_its_name_says_and_refuse_another_stage_s_
         assert isinstance(StageResult.model_validate({"name": name, "status": "not_run"}).facts, model)
     with pytest.raises(ValueError, match="accelerator"):
         StageResult.model_validate({"name": "host", "status": "passed", "facts": {"accelerator": None}})
+
+
+def test_a_real_report_reads_and_writes_back_byte_for_byte() -> None:
+    """A report.json orch wrote (a replay of the minilm hand-over, CPU machine) survives the typed facts unchanged."""
+    from orchestrator.model.report import Report
+    from tests.paths import REPO
+
+    text = (REPO / "tests" / "fixtures" / "reports" / "minilm-replay-report.json").read_text(encoding="utf-8")
+    report = Report.model_validate_json(text)
+    assert isinstance(report.stage("device").facts, DeviceStageFacts)
+    assert report.model_dump_json(indent=2) + "\n" == text
