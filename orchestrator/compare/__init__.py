@@ -57,8 +57,9 @@ is listed in `not_compared` and does not change the verdict.
 Pure apart from reading the given files and the dossier: no Docker, no network, no clock.
 
 The modules, by job: `read` loads the two sides (report, build record, the variant's declaration) and
-gives their typed facts; `diff` makes the rows (`compare_layers` is the stage and number rows, which
-`orch verify` uses too, so a replay and `orch compare` can never judge a layer differently); `verdict`
-turns rows into the overall verdict and the `unintended` lines. The result's shape is
-`orchestrator.model.comparison`; its Markdown is `orchestrator.report.compare_markdown`.
+gives their typed facts; `diff` makes the dossier, package and system rows; `layers` the stage and
+number rows (`compare_layers`, which `orch verify` uses too, so a replay and `orch compare` can never
+judge a layer differently); `verdict` turns the rows into the overall verdict and the `unintended`
+lines. The result's shape is `orchestrator.model.comparison`; its Markdown is
+`orchestrator.report.compare_markdown`.
 """

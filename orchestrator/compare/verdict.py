@@ -8,7 +8,6 @@ unintended change (packages, system, stages, numbers, dossier), one line each.
 from __future__ import annotations
 
 from orchestrator.compare.diff import (
-    compare_layers,
     dossier_rows,
     intent_of,
     package_rows,
@@ -16,6 +15,7 @@ from orchestrator.compare.diff import (
     system_rows,
     variant_of,
 )
+from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side
 from orchestrator.model.comparison import (
     UNINTENDED,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.compare.diff import compare_layers
+from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
