@@ -11,6 +11,12 @@ dossier_argument = click.argument("dossier", type=click.Path(path_type=Path))
 variant_option = click.option(
     "--variant", metavar="NAME", default=None, help="Use a variant declared in the dossier (e.g. cpu)."
 )
+dry_run_option = click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the whole plan — every engine call, in order, with its image, tag, labels, mounts, environment, "
+    "limits and GPU mapping — and exit 0 without touching the engine.",
+)
 
 
 @click.command()

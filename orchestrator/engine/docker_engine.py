@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import docker
 import docker.errors
@@ -111,6 +111,12 @@ class DockerEngine:
 
     def close(self) -> None:
         self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- facts -------------------------------------------------------------------------------------
 

@@ -37,8 +37,8 @@ from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
+from orchestrator.plan.build import default_tag
 from orchestrator.report.write import read_report, write_report
-from orchestrator.stages.build import default_tag
 from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream

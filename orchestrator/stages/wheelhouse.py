@@ -223,13 +223,15 @@ def collect_wheels(
     find_links: Sequence[str] = (),
     cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    run: Runner = subprocess.run,
+    run: Runner | None = None,
     lock_file: str | None = None,
 ) -> list[Wheel]:
     """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks.
 
-    `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
+    `run` runs `pip download` (default: `subprocess.run`, looked up at call time, so that the unit tests'
+    tripwire on it holds); `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
     """
+    run = run or subprocess.run
     if not lock.fully_hashed:
         raise BadInput("wheelhouse mode needs a lock with --hash on every line")
     cache = cache or default_cache_dir()

@@ -80,7 +80,7 @@ def test_host_facts_carry_the_cpu(tmp_path: Path) -> None:
 
 
 def test_the_host_stage_reports_the_cpu(tiny_example: Path) -> None:
-    from orchestrator.stages.probe import host_stage
+    from orchestrator.stages.host_stage import host_stage
 
     cpu = parse_cpuinfo(CPUINFO)
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=cpu)
@@ -110,20 +110,21 @@ def _with_knobs(tiny_example: Path) -> Path:
 
 def test_the_device_stage_reports_torchs_cpu_capability_under_the_pinned_knobs(tiny_example: Path) -> None:
     from orchestrator.model.host import CompatVerdict
-    from orchestrator.stages.probe import GpuMapping, device_stage
+    from orchestrator.plan.run import GpuMapping, make_run_plan
+    from orchestrator.stages.device_stage import device_stage
 
     found = device_output(cpu_capability="AVX2")
     engine = _DeviceEngine(found)
     loaded = load_dossier(_with_knobs(tiny_example))
     image = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_digests=(), size=1)
     verdict = CompatVerdict(status="not-applicable", explanation="CPU")
-    result = device_stage(engine, loaded, image, verdict, GpuMapping())  # type: ignore[arg-type]
+    result = device_stage(engine, loaded, make_run_plan(loaded, image.id, GpuMapping(), tiny_example / "out"), verdict)  # type: ignore[arg-type]
     assert result.facts.recorded()["cpu_capability"] == "AVX2"
     assert engine.specs[0].environment["ATEN_CPU_CAPABILITY"] == "avx2", "the probe runs under the same knobs"
 
 
 def test_a_dossier_pins_the_cpu_knobs_and_the_sample_gets_them(tiny_example: Path) -> None:
-    from orchestrator.stages.probe import sample_environment
+    from orchestrator.plan.run import sample_environment
 
     loaded = load_dossier(_with_knobs(tiny_example))
     env = sample_environment(loaded)
@@ -207,7 +208,7 @@ def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
 def test_host_mode_reports_the_cpu_and_torchs_capability() -> None:
     import subprocess
 
-    from orchestrator.stages.probe import run_host_mode
+    from orchestrator.pipeline.host_mode import run_host_mode
 
     found = device_output(cpu_capability="AVX512")
 

@@ -18,7 +18,7 @@ from orchestrator.model.report import Report, ReportDossier, StageResult
 from orchestrator.report.html import render_html
 from orchestrator.report.markdown import render_markdown
 from orchestrator.stages.build import write_record
-from orchestrator.stages.probe import image_stage
+from orchestrator.stages.image_stage import image_stage
 from tests.compare_sample import CPU_FREEZE, Run, make_record
 from tests.probe_outputs import inventory_output
 
@@ -79,29 +79,20 @@ def test_a_probe_of_an_earlier_build_says_where_the_build_time_went(tiny_example
 def test_rebuild_tells_the_probe_that_the_image_was_built_in_this_run(
     tiny_example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import engine
-    from orchestrator.cli import probe_cmds, progress, summary
-    from orchestrator.stages import build, probe
+    from orchestrator.pipeline import rebuild
+    from orchestrator.stages.build import BuildOptions
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     run = Run(name=loaded.model.name, identity=loaded.identity, image_id="sha256:" + "d" * 64, freeze=tuple(FREEZE))
     seen: dict[str, Any] = {}
-
-    class _Closable:
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(engine, "connect", lambda *a: _Closable())
-    monkeypatch.setattr(build, "run_build", lambda *a, **k: make_record(run))
-    monkeypatch.setattr(summary, "print_build_summary", lambda *a: None)
-    monkeypatch.setattr(progress, "stage_progress", lambda *a, **k: _Progress())
+    monkeypatch.setattr(rebuild, "run_build", lambda *a, **k: make_record(run))
 
     def fake_probe(loaded: Any, engine: Any, options: Any, **kwargs: Any) -> Any:
         seen["options"] = options
         return "report"
 
-    monkeypatch.setattr(probe, "run_probe", fake_probe)
-    probe_cmds.run_rebuild(loaded, tmp_path, ca_bundle=None, no_cache=False, raise_on_failure=False)
+    monkeypatch.setattr(rebuild, "run_probe", fake_probe)
+    rebuild.rebuild(loaded, None, BuildOptions(out=tmp_path))  # type: ignore[arg-type]
     assert seen["options"].built_in_this_run is True
 
 

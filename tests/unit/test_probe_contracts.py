@@ -13,20 +13,23 @@ import json
 import runpy
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.dossier.load import load_dossier
+from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo, RunOutcome, RunSpec
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict
 from orchestrator.model.inventory import InventoryProbeReport, ProbePip
 from orchestrator.model.recorded import mismatch_line
-from orchestrator.stages.build import run_inventory
-from orchestrator.stages.probe import GpuMapping, device_stage, run_host_mode
+from orchestrator.pipeline.host_mode import run_host_mode
+from orchestrator.plan.run import GpuMapping, RunPlan, make_run_plan
+from orchestrator.stages.device_stage import device_stage
+from orchestrator.stages.inventory import run_inventory
 from tests.paths import EXAMPLES, REPO
 from tests.probe_outputs import device_output, inventory_output
 
@@ -192,6 +195,10 @@ IMAGE = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_dige
 VERDICT = CompatVerdict(status="not-applicable", explanation="CPU")
 
 
+def _plan(loaded: LoadedDossier) -> RunPlan:
+    return make_run_plan(loaded, IMAGE.id, GpuMapping(), Path("out"))
+
+
 class _Prints:
     def __init__(self, document: dict[str, Any]) -> None:
         self.stdout = json.dumps(document)
@@ -202,7 +209,7 @@ class _Prints:
 
 def test_the_device_stage_keeps_the_probe_s_facts_typed() -> None:
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
-    result = device_stage(_Prints(device_output()), loaded, IMAGE, VERDICT, GpuMapping())  # type: ignore[arg-type]
+    result = device_stage(_Prints(device_output()), loaded, _plan(loaded), VERDICT)  # type: ignore[arg-type]
     assert result.status == "passed", result.first_error
     dumped = result.model_dump(mode="json")["facts"]
     assert list(dumped) == [*DEVICE_FACTS, "gpu_mapping"]
@@ -221,7 +228,7 @@ def test_the_device_stage_keeps_the_probe_s_facts_typed() -> None:
 def test_a_device_report_off_contract_fails_the_stage_naming_the_field(change: dict[str, Any], field: str) -> None:
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
     engine = _Prints(device_output(**change))
-    result = device_stage(engine, loaded, IMAGE, VERDICT, GpuMapping())  # type: ignore[arg-type]
+    result = device_stage(engine, loaded, _plan(loaded), VERDICT)  # type: ignore[arg-type]
     assert result.status == "failed" and result.first_error is not None
     assert result.first_error.step == "device probe"
     message = result.first_error.message
