@@ -20,7 +20,7 @@ from orchestrator.checks.arrays import FLOAT_DTYPES, Array, ArrayFormatError, js
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
     AllCloseComparison,
-    Comparison,
+    ComparisonSpec,
     CosineComparison,
     ExactComparison,
     LabelEqualityCheck,
@@ -86,7 +86,7 @@ def where(flat: int, shape: tuple[int, ...], ids: list[str] | None = None) -> st
 
 
 def compare(
-    name: str, observed: Array, reference: Array, comparison: Comparison, ids: list[str] | None = None
+    name: str, observed: Array, reference: Array, comparison: ComparisonSpec, ids: list[str] | None = None
 ) -> Check:
     """One comparison against the reference, with the observed value, where, and the allowed one."""
     label = f"{name}: {comparison.metric} vs {comparison.reference}"

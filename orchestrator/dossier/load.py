@@ -340,6 +340,27 @@ def _read_dossier_file(given: Path) -> tuple[Path, bytes]:
             raise DossierError(file, f"cannot be read: {exc.strerror}") from None
 
 
+def read_declaration(path: Path) -> Dossier:
+    """The dossier's own fields, validated, with no referenced file opened, hashed or checked.
+
+    For readers of what a dossier *declared* after the fact (`orch compare` looking a recorded variant
+    up, `orch verify` checking a shipped dossier's paths before anything is hashed). The file itself is
+    read by the same rule as `load_dossier` (no link out of its folder, no FIFO or device, a size cap).
+    A file that cannot be read is `DossierError` with no field and no line; one that does not validate
+    names its field and line.
+    """
+    file = str(path)
+    _, raw = _read_dossier_file(path)
+    try:
+        doc = read_yaml(raw)
+    except YamlSourceError as exc:
+        raise DossierError(file, str(exc), line=exc.line or 1) from None
+    try:
+        return Dossier.model_validate(doc.data)
+    except ValidationError as exc:
+        raise _first_validation_error(file, exc, doc) from None
+
+
 def load_dossier(
     path: str | Path,
     *,

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.model.platform import InstallMode, Platform
+
 SCHEMA_VERSION = 1
 
 Sha256 = Annotated[
@@ -51,7 +53,6 @@ RelativePath = Annotated[
     StringConstraints(min_length=1, max_length=4096),
     Field(description="A path; relative paths resolve against the dossier's folder."),
 ]
-Platform = Literal["cpu", "cuda", "rocm"]
 
 # Query parameters that carry credentials in index URLs (pip, Artifactory, Nexus, cloud storage).
 _TOKEN_QUERY_KEYS = re.compile(r"(token|key|secret|password|passwd|auth|signature|sig|credential)", re.I)
@@ -150,7 +151,7 @@ class PythonSpec(StrictModel):
     requirements: RelativePath = Field(
         description="Pinned requirements (a lock): every line 'name==version', optionally with --hash."
     )
-    install: Literal["online", "wheelhouse"] = Field(
+    install: InstallMode = Field(
         default="online",
         description="online: pip in the build reaches the indexes. wheelhouse: the host downloads the pinned, "
         "hashed wheels and the build installs them with no network.",
@@ -267,7 +268,9 @@ class ExactComparison(_Comparison):
     metric: Literal["exact"]
 
 
-Comparison = Annotated[
+#: How one output is compared with its reference (the dossier's *spec*; `orch compare`'s result is
+#: `orchestrator.model.comparison.Comparison`).
+ComparisonSpec = Annotated[
     MaxAbsComparison | AllCloseComparison | CosineComparison | ExactComparison,
     Field(discriminator="metric"),
 ]
@@ -301,7 +304,7 @@ class OutputSpec(StrictModel):
     dtype: Literal["float16", "bfloat16", "float32", "float64", "int32", "int64", "bool", "str"] | None = None
     finite: bool = True
     ids: IdsSpec | None = None
-    compare: Comparison | None = None
+    compare: ComparisonSpec | None = None
 
     @field_validator("shape")
     @classmethod
@@ -462,7 +465,7 @@ class VariantSpec(StrictModel):
     description: str = Field(min_length=1)
     system: SystemSpec | None = Field(default=None, description="Replaces the reference's system section.")
     python: PythonSpec | None = Field(default=None, description="Replaces the reference's python section.")
-    compare: dict[Identifier, Comparison] = Field(
+    compare: dict[Identifier, ComparisonSpec] = Field(
         default_factory=dict, description="Per output name: the comparison to use for this variant."
     )
 

@@ -15,6 +15,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from orchestrator import vendor
+from orchestrator.model.platform import Platform
 
 Arch = Literal["x86_64", "aarch64"]
 ARCHES: tuple[Arch, ...] = ("x86_64", "aarch64")
@@ -32,7 +33,7 @@ class LockTarget:
     python: str  # "3.11"
     arch: Arch
     glibc: str  # "2.36"
-    platform: vendor.Platform
+    platform: Platform
     backend_version: str | None
     base_image: str
 

@@ -9,13 +9,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator import __version__
 from orchestrator.checks.host_layer import ImageNeeds, compat_verdict, host_checks
+from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import HostFacts
+from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import Report, ReportDossier, StageError, StageResult, overall_verdict
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
 from orchestrator.resources import probe_source
-from orchestrator.stages.device_stage import DEVICE_FACTS, device_checks, probe_json
+from orchestrator.stages.device_stage import device_checks, probe_json
 from orchestrator.stages.probe import Clock, utc_now
 from orchestrator.stages.results import not_run, stage_result
 from orchestrator.timestamps import rfc3339
@@ -62,9 +66,17 @@ def run_host_mode(
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
-            facts = {key: found.get(key) for key in DEVICE_FACTS}
-            facts["python"] = python
-            device = stage_result("device", started, device_checks(platform, version, found, mapping), facts)
+            try:
+                report = DeviceProbeReport.model_validate(found)
+            except ValidationError as exc:
+                message = mismatch_line(exc, "the device probe")
+                device = stage_result(
+                    "device", started, [], {"python": python}, error=StageError(step="device probe", message=message)
+                )
+            else:
+                facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
+                facts["python"] = python
+                device = stage_result("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()
     # The same checks as the probe's host stage; the image's needs are the version asked for, and no
     # container starts, so there is no mapping to check. Without a version there is nothing to compare.

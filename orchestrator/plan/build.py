@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator import __version__, vendor
+from orchestrator import __version__
 from orchestrator.dossier.coherence import ResolvedBaseImage
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.models import DeterminismSpec
 from orchestrator.model.build_record import CodeRef
+from orchestrator.model.platform import InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.run import inventory_spec
 from orchestrator.plan.specs import Network, RunSpec
@@ -30,11 +31,11 @@ class BuildPlan:
     name: str
     identity: str
     variant: str | None
-    platform: vendor.Platform
+    platform: Platform
     backend_version: str | None
     base: ResolvedBaseImage
     python_version: str
-    install_mode: str
+    install_mode: InstallMode
     #: pip options for online installs (index URLs hold no credentials: the dossier refuses them).
     pip_index_options: tuple[str, ...]
     #: True when the build context carries a CA bundle (`orch/ca-bundle.pem`) for the online install.

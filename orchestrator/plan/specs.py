@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.model.platform import LABEL_PREFIX as _LABEL_PREFIX
+
 #: The unprivileged user the sample runs as inside every image.
 RUNTIME_UID = 10001
-#: Every label orch sets itself starts with this.
-LABEL_PREFIX = "io.orch"
+#: Every label orch sets itself starts with this (defined in model/, where `orch compare` reads it too).
+LABEL_PREFIX = _LABEL_PREFIX
 
 #: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
 #: network namespace (reaches indexes on the host's loopback).

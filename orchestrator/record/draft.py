@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import vendor
+from orchestrator.model.platform import Platform
 from orchestrator.record.outputs import ObservedOutput
 
 TO_CONFIRM = "TO CONFIRM"
@@ -116,7 +116,7 @@ def draft_document(
     entrypoint: str,
     options_note: str,
     python_version: str,
-    platform: vendor.Platform,
+    platform: Platform,
     backend_version: str | None,
     base_image: str | None,
     torch_index: str | None,

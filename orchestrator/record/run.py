@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from orchestrator import vendor
 from orchestrator.dossier.paths import file_sha256
 from orchestrator.errors import BadInput
+from orchestrator.model.platform import Platform
 from orchestrator.record.draft import Mapped, container_command, draft_document, identifier
 from orchestrator.record.observe import code_revision, host_facts, numerics_environment, observe_interpreter
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
@@ -41,7 +42,7 @@ class RecordRequest:
     out: Path
     data: tuple[Path, ...] = ()
     weights: tuple[Path, ...] = ()
-    platform: vendor.Platform | None = None
+    platform: Platform | None = None
     backend_version: str | None = None
     base_image: str | None = None
     repeat: int = 0
@@ -92,7 +93,7 @@ def _requirements(document: dict[str, Any], notes: list[str]) -> list[str]:
     return sorted(lines)
 
 
-def _platform(request: RecordRequest, torch: dict[str, Any]) -> tuple[vendor.Platform, str | None]:
+def _platform(request: RecordRequest, torch: dict[str, Any]) -> tuple[Platform, str | None]:
     if request.platform is not None:
         return request.platform, request.backend_version
     if torch.get("importable") and torch.get("hip"):

@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from orchestrator import vendor
 from orchestrator.errors import BadInput
+from orchestrator.model.platform import Platform
 
 _PREFERRED_PYTHON = "3.11"
 
@@ -19,7 +20,7 @@ _PREFERRED_PYTHON = "3.11"
 @dataclass(frozen=True)
 class StartChoices:
     name: str
-    platform: vendor.Platform
+    platform: Platform
     backend_version: str | None
     python: str
     base_image: str
@@ -28,7 +29,7 @@ class StartChoices:
     torch_index: str | None  # None: PyPI's own torch (a CUDA build of exactly this version)
 
 
-def _defaults_for(platform: vendor.Platform) -> list[str]:
+def _defaults_for(platform: Platform) -> list[str]:
     return sorted(
         {i.backend_version or "-" for i in vendor.base_images() if i.default and i.platform == platform},
         key=lambda v: Version(v) if v != "-" else Version("0"),
@@ -37,7 +38,7 @@ def _defaults_for(platform: vendor.Platform) -> list[str]:
 
 def choose(
     name: str,
-    platform: vendor.Platform,
+    platform: Platform,
     backend_version: str | None,
     python: str | None,
     base_image: str | None,
@@ -79,7 +80,7 @@ def choose(
     return StartChoices(name, platform, backend_version, chosen, base_image, row is not None, series, index)
 
 
-def _torch(platform: vendor.Platform, version: str | None, python: str) -> tuple[str, str | None]:
+def _torch(platform: Platform, version: str | None, python: str) -> tuple[str, str | None]:
     releases = sorted(vendor.torch_releases().values(), key=lambda r: Version(r.series), reverse=True)
     fits = [r for r in releases if Version(python) >= Version(r.min_python)]
     if platform == "cpu":

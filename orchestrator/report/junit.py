@@ -113,9 +113,10 @@ def _stage_suite(parent: ET.Element, report: Report, stage: StageResult) -> ET.E
             case = _testcase(suite, classname, stage.name, 0.0)
             _fail(case, "the stage failed without recording an error", "stage", f"status: {stage.status}")
 
-    if stage.facts:
+    facts = stage.facts.recorded()
+    if facts:
         out = ET.SubElement(suite, "system-out")
-        out.text = clean(json.dumps(stage.facts, indent=2, ensure_ascii=False, default=str))
+        out.text = clean(json.dumps(facts, indent=2, ensure_ascii=False, default=str))
 
     testcases = suite.findall("testcase")
     suite.attrib.update(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.model.checks import first_failure
+from orchestrator.model.recorded import Recorded
 from orchestrator.model.report import STAGES, Report, StageName, StageResult
 from orchestrator.text import MAX_LINE_CHARS, clean, one_line
 
@@ -128,13 +129,15 @@ def _is_scalar(value: Any) -> bool:
     return not isinstance(value, Mapping | list | tuple)
 
 
-def flatten_facts(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
+def flatten_facts(facts: Mapping[str, Any] | Recorded) -> list[tuple[str, str]]:
     """Nested facts as `(dotted.key, value)` rows, in the order the probe reported them.
 
     Dicts become dotted keys, lists of scalars one comma-separated value, lists of objects indexed
     keys (`gpus[0].name`); a list longer than `MAX_LIST_ITEMS` shows its head and `(+N more)`.
     """
     rows: list[tuple[str, str]] = []
+    if isinstance(facts, Recorded):
+        facts = facts.recorded()
     for key, value in facts.items():
         _flatten(clean(str(key)), value, rows)
     return rows

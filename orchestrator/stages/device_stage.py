@@ -8,17 +8,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, describe_exit
 from orchestrator.model.checks import Check
+from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict
+from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping, RunPlan
 from orchestrator.stages.results import check, stage_result
 from orchestrator.untrusted import UnsafeOutput, parse_json
-
-#: What the device probe reports that the device stage keeps as facts.
-DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
 
 
 def probe_json(stdout: str) -> dict[str, Any] | None:
@@ -149,7 +150,17 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
                 message=describe_exit(outcome, spec, "the probe only imports torch and runs two small operations"),
             ),
         )
-    facts = {key: found.get(key) for key in DEVICE_FACTS}
+    try:
+        report = DeviceProbeReport.model_validate(found)
+    except ValidationError as exc:
+        return stage_result(
+            "device",
+            started,
+            [],
+            {"gpu_mapping": mapping.description},
+            error=StageError(step="device probe", message=mismatch_line(exc, "the device probe")),
+        )
+    facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
     try:
         checks = device_checks(platform, version, found, mapping)

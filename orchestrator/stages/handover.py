@@ -30,48 +30,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict
-
 from orchestrator import __version__
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
+from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
 from orchestrator.timestamps import rfc3339_now
 
-HANDOVER_FORMAT = "orch.handover/1"
 IMAGE_FILE = "image.tar.gz"
 SUMS_FILE = "SHA256SUMS"
 MANIFEST_FILE = "manifest.json"
-
-
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: str
-    sha256: str
-    size: int
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format: str = HANDOVER_FORMAT
-    orch_version: str
-    created: str
-    dossier_name: str
-    dossier_file: str  # inside dossier/
-    identity: str
-    variant: str | None
-    platform: str
-    image_id: str
-    image_tag: str
-    report_verdict: str
-    files: list[ManifestFile]
 
 
 def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from orchestrator.engine import Engine, describe_exit
-from orchestrator.model.inventory import Inventory, parse_inventory
+from orchestrator.model.inventory import Inventory, InventoryProbeReport, parse_inventory
+from orchestrator.model.recorded import mismatch_line
 from orchestrator.plan.run import INVENTORY_TIMEOUT_S, inventory_spec
 from orchestrator.plan.specs import RunSpec
 from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
@@ -24,7 +27,10 @@ def run_inventory(engine: Engine, image: str, spec: RunSpec | None = None) -> tu
         document = parse_json(last.encode("utf-8", errors="replace"), "the inventory probe's output")
         if not isinstance(document, dict):
             raise UnsafeOutput("the inventory probe's output", "is not a JSON object")
+        InventoryProbeReport.model_validate(document)
         return parse_inventory(document), None
+    except ValidationError as exc:
+        return None, mismatch_line(exc, "the inventory probe")
     except UnsafeOutput as exc:
         return None, f"the inventory probe printed no JSON document: {exc}"
     except (ValueError, TypeError, AttributeError) as exc:

@@ -26,6 +26,7 @@ from orchestrator.stages.build import BuildOptions, run_build
 from orchestrator.stages.handover import write_handover
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from orchestrator.stages.verify import check_handover, verify_handover
+from tests.probe_outputs import device_output, inventory_output
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CPU_HOST = HostFacts(
@@ -59,30 +60,27 @@ def tiny(tiny_example: Path) -> LoadedDossier:
 
 
 def inventory_stdout(loaded: LoadedDossier, **changes: Any) -> str:
+    """The recorded inventory probe's report (tests.probe_outputs) with the lock's pins as `pip freeze`."""
     freeze = [f"{r.name}=={r.version}" for r in loaded.lock.requirements if r.marker is None]
-    document = {
-        "python": {"version": "3.11.2", "executable": "/opt/venv/bin/python", "libc": "glibc-2.36"},
-        "pip": {"freeze": freeze, "check_ok": True, "check_lines": []},
-        "os": {"release": {}, "package_manager": "dpkg", "packages": {}},
-        "backend": {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "env": {}},
-        **changes,
-    }
+    document = inventory_output(**changes)
+    document["pip"].update(freeze=freeze, check_ok=True, check_lines=[])
     return json.dumps(document)
 
 
 def cuda_inventory(loaded: LoadedDossier) -> str:
     torch = {"version": "2.6.0+cu124", "cuda": "12.4", "hip": None}
-    return inventory_stdout(loaded, backend={"torch": torch, "env": {}})
+    return inventory_stdout(loaded, backend={**inventory_output()["backend"], "torch": torch})
 
 
 def device_stdout(*, cuda: str | None = None, devices: int = 0) -> str:
+    """The recorded device probe's report, as a CUDA build seeing `devices` GPUs when `cuda` is given."""
     ok = {"ok": True, "max_abs_diff": 1e-7}
     return json.dumps(
-        {
-            "torch": {"version": "2.13.0+cpu", "cuda": cuda, "hip": None},
-            "accelerator": {"device_count": devices},
-            "compute": {"device": "cpu", "atol": 1e-5, "rtol": 1e-4, "matmul": ok, "conv2d": ok},
-        }
+        device_output(
+            torch={"version": "2.13.0+cpu", "cuda": cuda, "hip": None, "cudnn": None},
+            accelerator={"available": devices > 0, "device_count": devices},
+            compute={"device": "cpu", "atol": 1e-5, "rtol": 1e-4, "matmul": ok, "conv2d": ok},
+        )
     )
 
 
@@ -325,7 +323,7 @@ def test_a_rebuild_builds_then_probes_without_running_the_inventory_twice(tiny: 
     report, engine = rebuilt(tiny, tmp_path)
     assert report.verdict == "passed"
     assert [call[1] for call in engine.calls if call[0] == "run"] == ["inventory", "device", "sample"]
-    assert "in this run" in report.stages["image"].facts["built"]
+    assert "in this run" in report.stages["image"].facts.recorded()["built"]
 
 
 def test_a_rebuild_whose_build_fails_reports_the_image_stage_failed(tiny: LoadedDossier, tmp_path: Path) -> None:

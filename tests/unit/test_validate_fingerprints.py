@@ -153,7 +153,7 @@ def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
     plan = make_run_plan(loaded, "sha256:unused", GpuMapping(), tmp_path / "out")
     stage = sample_stage(None, loaded, plan)  # type: ignore[arg-type]  # stops before the engine
     assert stage.status == "failed"
-    facts = stage.facts["fingerprints"]["weights classifier fingerprint"]
+    facts = stage.facts.recorded()["fingerprints"]["weights classifier fingerprint"]
     assert facts == {"expected": declared, "observed": observed}
     error = stage.first_error
     assert error is not None and declared in error.message and observed in error.message
