@@ -5,6 +5,9 @@ a loaded dossier is a value handed from stage to stage. Paths are kept as writte
 them against the dossier's folder and checks they exist. Cross-field rules that need vendor tables
 (torch ↔ CUDA/ROCm, Python ↔ base image) live in `coherence`, not here, so this module stays a plain
 description of the format that `orch schema` exports.
+
+Why one module of ~500 lines: it is the format's reference, section by section in the order a dossier
+is written, and `orch schema` exports it whole; split, a reader would chase one format across files.
 """
 
 from __future__ import annotations
