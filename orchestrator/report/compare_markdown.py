@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.model.comparison import Comparison, Difference, Overall, SideInfo, Verdict
-from orchestrator.report.view import one_line
+from orchestrator.text import markdown_code, markdown_text, one_line
 
 VERDICT_TEXT: dict[Verdict, str] = {
     "same": "same",
@@ -70,25 +70,16 @@ def side_summary(side: SideInfo) -> list[tuple[str, str]]:
     ]
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~])")
-_BACKTICKS = re.compile(r"`+")
-
-
 def _md(value: str) -> str:
     """Prose, escaped so it renders as written; one line (a newline would end a table row)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(value, 10_000))
+    return markdown_text(one_line(value, 10_000))
 
 
 def _md_code(value: str | None) -> str:
     """A literal value in a code span, `|` escaped for table cells (GFM splits cells first)."""
     if value is None:
         return "—"
-    value = one_line(value, 10_000)
-    if not value:
-        return "*(empty)*"
-    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(value)), default=0) + 1)
-    padded = f" {value} " if value.startswith("`") or value.endswith("`") else value
-    return f"{fence}{padded}{fence}".replace("|", r"\|")
+    return markdown_code(one_line(value, 10_000), cell=True)
 
 
 def _md_row(cells: list[str]) -> str:
