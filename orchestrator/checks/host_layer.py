@@ -14,6 +14,7 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
 from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.model.inventory import Inventory
+from orchestrator.model.platform import Platform
 from orchestrator.plan.run import GpuMapping
 
 #: Where orch looks for an NVIDIA driver, said in a failed check.
@@ -55,7 +56,7 @@ def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNee
     )
 
 
-def compat_verdict(platform: str, host: HostFacts, needs: ImageNeeds, *, cpu_variant: str | None) -> CompatVerdict:
+def compat_verdict(platform: Platform, host: HostFacts, needs: ImageNeeds, *, cpu_variant: str | None) -> CompatVerdict:
     """The host driver against the image's needs, for any platform."""
     if platform == "cpu":
         return CompatVerdict(status="not-applicable", explanation="CPU platform: no GPU driver is needed.")
@@ -72,13 +73,13 @@ def compat_verdict(platform: str, host: HostFacts, needs: ImageNeeds, *, cpu_var
     return rocm_verdict(needs.rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant)
 
 
-def gpu_mapped(platform: str, mapping: GpuMapping) -> bool:
+def gpu_mapped(platform: Platform, mapping: GpuMapping) -> bool:
     """Whether the daemon can hand the platform's GPU to a container."""
     return mapping.maps_nvidia if platform == "cuda" else bool(mapping.devices) if platform == "rocm" else True
 
 
 def host_checks(
-    platform: str, host: HostFacts, needs: ImageNeeds, verdict: CompatVerdict | None, mapping: GpuMapping | None
+    platform: Platform, host: HostFacts, needs: ImageNeeds, verdict: CompatVerdict | None, mapping: GpuMapping | None
 ) -> list[Check]:
     """The host stage's checks. `verdict` None: no version to compare the driver with (host mode without
     --version); `mapping` None: no container will start (host mode), so no mapping check."""

@@ -228,6 +228,10 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
 
     interpreter = python or shutil.which("python3") or "python3"
     report = host_mode_report(
-        platform, backend_version, interpreter, host_facts=lambda: collect_host_facts(None), run=subprocess.run
+        platform,  # type: ignore[arg-type]  # click.Choice keeps it to the Literal's values
+        backend_version,
+        interpreter,
+        host_facts=lambda: collect_host_facts(None),
+        run=subprocess.run,
     )
     _finish(out, report)

@@ -19,6 +19,7 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, EngineInfo
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import CompatVerdict, HostFacts
+from orchestrator.model.platform import Platform
 from orchestrator.plan.build import default_tag
 from orchestrator.plan.run import plan_gpu_mapping
 
@@ -28,7 +29,7 @@ class Diagnosis(BaseModel):
 
     host: HostFacts
     dossier: str | None = None
-    platform: str | None = None
+    platform: Platform | None = None
     image: str | None = None
     compatibility: CompatVerdict | None = None
     gpu_mapping: str | None = None

@@ -15,6 +15,7 @@ from orchestrator import __version__
 from orchestrator.checks.host_layer import ImageNeeds, compat_verdict, host_checks
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import HostFacts
+from orchestrator.model.platform import Platform
 from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import Report, ReportDossier, StageError, StageResult, overall_verdict
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
@@ -27,7 +28,7 @@ from orchestrator.untrusted import exited
 
 
 def run_host_mode(
-    platform: str,
+    platform: Platform,
     version: str | None,
     python: str,
     *,
@@ -99,7 +100,7 @@ def run_host_mode(
 
 
 def host_mode_report(
-    platform: str,
+    platform: Platform,
     version: str | None,
     python: str,
     *,

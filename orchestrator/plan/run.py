@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.host import HostFacts
+from orchestrator.model.platform import Platform
 from orchestrator.plan.specs import LABEL_PREFIX, Mount, RunSpec
 from orchestrator.resources import probe_source
 
@@ -36,7 +37,7 @@ class GpuMapping:
         return self.nvidia_gpus or bool(self.cdi_devices)
 
 
-def plan_gpu_mapping(platform: str, host: HostFacts) -> GpuMapping:
+def plan_gpu_mapping(platform: Platform, host: HostFacts) -> GpuMapping:
     if platform == "cuda":
         docker = host.docker
         cdi = tuple(d for d in (docker.cdi_devices if docker else []) if d.startswith("nvidia.com/gpu=all"))

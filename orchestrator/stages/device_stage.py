@@ -15,6 +15,7 @@ from orchestrator.engine import Engine, describe_exit
 from orchestrator.model.checks import Check
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict
+from orchestrator.model.platform import Platform
 from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping, RunPlan
@@ -34,7 +35,7 @@ def probe_json(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def device_checks(platform: str, version: str | None, found: dict[str, Any], mapping: GpuMapping) -> list[Check]:
+def device_checks(platform: Platform, version: str | None, found: dict[str, Any], mapping: GpuMapping) -> list[Check]:
     """Checks on the device probe's report. Pure: also used on host-mode probe output."""
     checks: list[Check] = []
     torch = found.get("torch")
