@@ -53,6 +53,7 @@ bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py
 	$(BIN)/python benchmarks/build_overhead.py
 	$(BIN)/python benchmarks/probe_overhead.py
+	$(BIN)/python benchmarks/sample_check.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -59,6 +59,7 @@ class Walk:
         self.entered: set[str] = set()
         self.up = 0
         self.reentries = 0
+        self.reentries_above_model = 0
         self.up_edges: dict[tuple[str, str], int] = {}
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -78,6 +79,10 @@ class Walk:
             if package and package != caller_package:
                 if package in self.entered_packages and package not in self.packages:
                     self.reentries += 1
+                    # model/ is where values are made and validated at every boundary: coming back to
+                    # it is the design, not ping-pong, so it is also counted without it.
+                    if package != "orchestrator.model":
+                        self.reentries_above_model += 1
                 self.entered_packages.add(package)
             if module:
                 self.entered.add(module)
@@ -106,6 +111,7 @@ def main(argv: list[str]) -> int:
     print(f"modules visited: {len(walk.entered)}")
     print(f"calls up the layers: {walk.up} over {len(walk.up_edges)} distinct module pairs")
     print(f"re-entries into a layered package already left: {walk.reentries}")
+    print(f"  of which into a package other than model/: {walk.reentries_above_model}")
     for (caller, callee), count in sorted(walk.up_edges.items(), key=lambda item: -item[1])[:15]:
         print(f"  up: {caller} -> {callee} x{count}")
     return 0

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import BadInput
-from orchestrator.report.view import one_line
+from orchestrator.text import one_line
 
 M = TypeVar("M", bound=BaseModel)
 

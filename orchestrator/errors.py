@@ -4,24 +4,70 @@ Every failure a user can meet is an `OrchError` subclass with its own exit code.
 exceptions (pydantic, yaml, jinja2, docker, subprocess) are translated into these once, at the edge
 where they happen; only the CLI entry point prints them and exits, so no user error shows a traceback.
 
-Exit codes are a contract (README, ``orch --help``):
-
-* 0 — success
-* 1 — a verdict failed (a check did not hold, a build step failed, a damaged or tampered hand-over)
-* 2 — bad input or usage (dossier, paths, hashes, options)
-* 3 — the environment failed (engine unreachable, base image missing, tool missing, not root)
+Exit codes are a contract. `EXIT_CODES` below is their one table: each class takes its `exit_code`
+from it, `orch --help` prints its epilog from it (`exit_codes_help`), and docs/cli.md is generated
+from it (orchestrator/cli/reference.py); tests/unit/test_exit_codes.py fails when one of them drifts.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    #: The few words `orch --help` shows.
+    short: str
+    #: The full sentence docs/cli.md shows.
+    meaning: str
+
+
+EXIT_SUCCESS = 0
+EXIT_VERDICT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+#: From the entry point on Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_SUCCESS, "success", "success (for `orch compare`: identical or equivalent)"),
+    ExitCode(
+        EXIT_VERDICT_FAILED,
+        "a verdict failed",
+        "a verdict failed: a check did not hold, a build step failed, a replay differs, a damaged or tampered "
+        "hand-over, B regressed",
+    ),
+    ExitCode(
+        EXIT_BAD_INPUT,
+        "bad input or usage",
+        "bad input or usage: dossier, paths, hashes, options, a usage error reported by Click",
+    ),
+    ExitCode(
+        EXIT_ENVIRONMENT,
+        "the environment failed",
+        "the environment failed: engine unreachable, base image missing, tool missing, not root, the wheel download "
+        "failed; also a template that does not render (a bug in orch)",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED,
+        "interrupted",
+        "interrupted (Ctrl-C); orch removes the containers it had started before exiting",
+    ),
+)
+
+
+def exit_codes_help() -> str:
+    """The one line `orch --help` ends with."""
+    return "Exit codes: " + ", ".join(f"{row.code} {row.short}" for row in EXIT_CODES) + "."
 
 
 class OrchError(Exception):
     """Root of every error orch reports to a user."""
 
-    exit_code = 1
+    exit_code = EXIT_VERDICT_FAILED
     #: A short reference name, shown in brackets, that a user can search the docs for.
     code = "orch-error"
 
@@ -37,7 +83,7 @@ class OrchError(Exception):
 class VerdictFailed(OrchError):
     """A check ran and did not hold (build step failed, a probe's expectation was not met)."""
 
-    exit_code = 1
+    exit_code = EXIT_VERDICT_FAILED
     code = "verdict-failed"
 
 
@@ -55,7 +101,7 @@ class HandoverDamaged(VerdictFailed):
 class BadInput(OrchError):
     """The user's input is wrong: dossier, file, hash, option. Fixing the input fixes it."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
     code = "bad-input"
 
 
@@ -87,7 +133,7 @@ class DossierError(BadInput):
 class EnvironmentFailure(OrchError):
     """The machine cannot do what was asked: engine unreachable, tool missing, not root, image missing."""
 
-    exit_code = 3
+    exit_code = EXIT_ENVIRONMENT
     code = "environment"
 
 
@@ -104,7 +150,8 @@ class BaseImageMissing(EnvironmentFailure):
 
 
 class ImageNotBuilt(EnvironmentFailure):
-    """The application image to probe is not in the engine: never built for this dossier identity, or removed."""
+    """An application image (built by orch, given with --image, or loaded from a hand-over) is not in the engine:
+    never built for this dossier identity, or removed. Never `BaseImageMissing`: the base is not what is missing."""
 
     code = "image-not-built"
 
@@ -141,5 +188,36 @@ def from_os_error(exc: OSError) -> EnvironmentFailure:
 class TemplateError(OrchError):
     """A template failed to render: a bug in orch's templates, not in the user's input."""
 
-    exit_code = 3
+    exit_code = EXIT_ENVIRONMENT
     code = "template"
+
+
+class WheelhouseError(EnvironmentFailure):
+    """Collecting the locked wheels on the host failed (pip download, an index, a hash that no file has)."""
+
+    code = "wheelhouse"
+
+
+# `orch lock`
+class LockFailed(BadInput):
+    """No lock fits the inputs and the target (a conflict, a package without a build for the target)."""
+
+    code = "lock-failed"
+
+
+class IndexUnreachable(EnvironmentFailure):
+    """A package index the lock needs did not answer from this host."""
+
+    code = "index-unreachable"
+
+
+class ResolverMissing(EnvironmentFailure):
+    """`uv`, the resolver `orch lock` runs, is not installed next to orch."""
+
+    code = "resolver-missing"
+
+
+class LockStale(VerdictFailed):
+    """`orch lock --check`: the lock no longer matches its inputs, target or sources (for CI)."""
+
+    code = "lock-stale"

@@ -11,6 +11,9 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import TemplateError
+from orchestrator.text import markdown_code, markdown_text
+
 if TYPE_CHECKING:
     import jinja2
 
@@ -20,8 +23,13 @@ def templates_root() -> Traversable:
 
 
 def report_templates_root() -> Traversable:
-    """The HTML report's templates (`templates/report/`), shipped beside the Dockerfile templates."""
+    """The report's templates (`templates/report/`: HTML and Markdown), shipped beside the Dockerfile templates."""
     return resources.files("orchestrator.templates").joinpath("report")
+
+
+def handover_templates_root() -> Traversable:
+    """The hand-over's documents (`templates/handover/`: PROCEDURE.md, ACCESS.md)."""
+    return resources.files("orchestrator.templates").joinpath("handover")
 
 
 def probes_root() -> Traversable:
@@ -45,7 +53,7 @@ def jinja_environment(root: Traversable, *, autoescape: bool, trim: bool = False
     def load(name: str) -> str:
         return root.joinpath(name).read_text(encoding="utf-8")
 
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FunctionLoader(load),
         undefined=jinja2.StrictUndefined,
         autoescape=autoescape,
@@ -53,3 +61,18 @@ def jinja_environment(root: Traversable, *, autoescape: bool, trim: bool = False
         trim_blocks=trim,
         lstrip_blocks=trim,
     )
+    # The one place escaping is registered: HTML is autoescaped by Jinja itself; Markdown values go
+    # through `md` (prose) or `code` (a code span; `code(cell=True)` inside a table row), from text.py.
+    environment.filters["md"] = markdown_text
+    environment.filters["code"] = markdown_code
+    return environment
+
+
+def render_template(root: Traversable, template: str, /, *, autoescape: bool, trim: bool = True, **context: Any) -> str:
+    """One of orch's templates rendered; a template that fails is orch's bug, said once here as `TemplateError`."""
+    import jinja2
+
+    try:
+        return jinja_environment(root, autoescape=autoescape, trim=trim).get_template(template).render(**context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"rendering {template} failed: {exc}") from None

@@ -203,3 +203,13 @@ def last_line(text: str, limit: int = 300) -> str | None:
         if kept:
             return kept if len(kept) <= limit else kept[: limit - 1] + "…"
     return None
+
+
+def last_words(text: str) -> str:
+    """A process's last non-blank line (`last_line`), or `no output` when it printed nothing."""
+    return last_line(text) or "no output"
+
+
+def exited(exit_code: int | None, stderr: str) -> str:
+    """`exited N: <its last line>`: the one way orch says a process or container stopped on its own."""
+    return f"exited {exit_code}: {last_words(stderr)}"

@@ -12,9 +12,8 @@ from typing import Literal
 
 from packaging.version import Version
 
+from orchestrator.model.platform import Platform
 from orchestrator.resources import data_json
-
-Platform = Literal["cpu", "cuda", "rocm"]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A CUDA dossier checked on a CPU-only machine: the image builds and holds, the host has no NVIDIA
 driver, torch sees no device, so the sample never runs. One user-controlled string (a label, an
-entrypoint argument) carries `<script>`, `&`, `|`, quotes and a backtick to prove every format escapes.
+entrypoint argument, the image's OS name) carries `<script>`, `&`, `|`, quotes and a backtick to prove every format escapes.
 """
 
 from __future__ import annotations
@@ -55,11 +55,14 @@ def sample_report() -> Report:
             ),
         ],
         facts={
-            "python": {"version": "3.12.9", "executable": "/opt/venv/bin/python"},
-            "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "hip": None},
+            "image": IMAGE_ID,
+            "python": "3.12.9",
+            "torch": "2.14.1+cu130",
+            "torch_cuda": "13.0",
+            "torch_hip": None,
             "packages": PACKAGES,
             "size_bytes": 4_831_205_376,
-            "labels": {"org.opencontainers.image.description": HOSTILE},
+            "os": HOSTILE,  # PRETTY_NAME from the image's /etc/os-release: the image controls it
         },
     )
     host = StageResult(
@@ -93,7 +96,6 @@ def sample_report() -> Report:
                 "cdi_devices": [],
             },
             "kfd_present": False,
-            "dri_render_nodes": [],
             "notes": ["nvidia-smi: not found", "/proc/driver/nvidia/version: missing"],
         },
     )
@@ -113,9 +115,10 @@ def sample_report() -> Report:
             ),
         ],
         facts={
-            "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": False, "device_count": 0},
-            "env": {"CUDA_VISIBLE_DEVICES": None, "NVIDIA_VISIBLE_DEVICES": "all"},
+            "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "hip": None, "cudnn": 91200},
+            "accelerator": {"available": False, "device_count": 0},
             "devices": [],
+            "env": {"NVIDIA_VISIBLE_DEVICES": "all"},
         },
     )
     sample = StageResult(name="sample", status="not_run", reason="device stage failed")

@@ -12,15 +12,15 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
-from itertools import chain
+from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.checks.arrays import Array, ArrayFormatError, Scalar, json_array, npy_from_fd, read_reference
+from orchestrator.checks import metrics
+from orchestrator.checks.arrays import FLOAT_DTYPES, Array, ArrayFormatError, json_array, npy_from_file, read_reference
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
     AllCloseComparison,
-    Comparison,
+    ComparisonSpec,
     CosineComparison,
     ExactComparison,
     LabelEqualityCheck,
@@ -64,20 +64,6 @@ def _shape_matches(expected: Sequence[int | None], observed: tuple[int, ...]) ->
     return len(expected) == len(observed) and all(e is None or e == o for e, o in zip(expected, observed, strict=True))
 
 
-def _values(array: Array) -> Iterator[Scalar]:
-    return chain.from_iterable(array.blocks())
-
-
-def _non_finite(array: Array) -> int:
-    bad = 0
-    for block in array.blocks():
-        # Fast path at C speed: a finite sum means no NaN or Inf in the block; else count one by one.
-        # (Only float dtypes come here: every value is a float, or a JSON int within int64, see json_array.)
-        if not math.isfinite(sum(block)):  # type: ignore[arg-type]
-            bad += sum(1 for value in block if isinstance(value, float) and not math.isfinite(value))
-    return bad
-
-
 def _row_name(row: int, ids: list[str] | None) -> str:
     return f"row {row} ({ids[row]!r})" if ids and row < len(ids) else f"row {row}"
 
@@ -99,32 +85,15 @@ def where(flat: int, shape: tuple[int, ...], ids: list[str] | None = None) -> st
     return f"{_row_name(row, ids)}, index {tuple(reversed(coordinates))}"
 
 
-def cosine_rows(observed: Array, reference: Array) -> Iterator[float]:
-    """Row-wise cosine similarity, streamed: O(block) memory whatever the arrays' size."""
-    width = observed.row_width
-    dot = norm_a = norm_b = 0.0
-    for position, (x, y) in enumerate(zip(_values(observed), _values(reference), strict=True), start=1):
-        a, b = float(x), float(y)
-        dot, norm_a, norm_b = dot + a * b, norm_a + a * a, norm_b + b * b
-        if position % width == 0:
-            norm = math.sqrt(norm_a) * math.sqrt(norm_b)
-            yield dot / norm if norm else float("nan")
-            dot = norm_a = norm_b = 0.0
-
-
 def compare(
-    name: str, observed: Array, reference: Array, comparison: Comparison, ids: list[str] | None = None
+    name: str, observed: Array, reference: Array, comparison: ComparisonSpec, ids: list[str] | None = None
 ) -> Check:
     """One comparison against the reference, with the observed value, where, and the allowed one."""
     label = f"{name}: {comparison.metric} vs {comparison.reference}"
     if observed.shape != reference.shape:
         return _check(label, f"shape {list(reference.shape)}", f"shape {list(observed.shape)}", False)
     if isinstance(comparison, ExactComparison):
-        differing, first = 0, -1
-        for index, (a, b) in enumerate(zip(_values(observed), _values(reference), strict=True)):
-            if a != b:
-                differing += 1
-                first = index if first < 0 else first
+        differing, first = metrics.exact_differences(observed, reference)
         return _check(
             label,
             "every value equal",
@@ -139,13 +108,8 @@ def compare(
         )
     if observed.dtype in ("str", "mixed") or reference.dtype in ("str", "mixed"):
         return _check(label, f"numbers to compare with {comparison.metric}", f"dtype {observed.dtype}", False)
-    pairs = ((float(x), float(y)) for x, y in zip(_values(observed), _values(reference), strict=True))
     if isinstance(comparison, MaxAbsComparison):
-        worst, worst_at = 0.0, -1
-        for index, (x, y) in enumerate(pairs):
-            difference = abs(x - y)
-            if (math.isnan(difference) and not math.isnan(worst)) or difference > worst:
-                worst, worst_at = difference, index
+        worst, worst_at = metrics.worst_abs(observed, reference)
         ok = worst <= comparison.max
         at = f" at {where(worst_at, observed.shape, ids)}" if worst_at >= 0 and not ok else ""
         return _check(
@@ -157,14 +121,7 @@ def compare(
         )
     if isinstance(comparison, AllCloseComparison):
         allowed = f"|Δ| ≤ {_fmt(comparison.atol)} + {_fmt(comparison.rtol)}·|reference|"
-        bad, worst_excess, worst_at, worst_diff = 0, -math.inf, -1, 0.0
-        for index, (x, y) in enumerate(pairs):
-            excess = abs(x - y) - (comparison.atol + comparison.rtol * abs(y))
-            if excess > 0 or math.isnan(excess):
-                bad += 1
-                rank = math.inf if math.isnan(excess) else excess
-                if rank > worst_excess:
-                    worst_excess, worst_at, worst_diff = rank, index, abs(x - y)
+        bad, worst_at, worst_diff = metrics.allclose_outside(observed, reference, comparison.atol, comparison.rtol)
         if not bad:
             return _check(label, allowed, "every value within tolerance", True)
         return _check(
@@ -175,13 +132,7 @@ def compare(
             False,
         )
     assert isinstance(comparison, CosineComparison)
-    worst_row, worst = 0, math.inf
-    for row, similarity in enumerate(cosine_rows(observed, reference)):
-        rank = -2.0 if math.isnan(similarity) else similarity
-        if rank < (-2.0 if math.isnan(worst) else worst):
-            worst_row, worst = row, similarity
-    if worst == math.inf:
-        worst = 1.0  # no rows: nothing differs
+    worst_row, worst = metrics.min_row_cosine(observed, reference)
     at = f" (row {ids[worst_row]!r})" if ids and worst_row < len(ids) else f" (row {worst_row})"
     ok = not math.isnan(worst) and worst >= comparison.min
     return _check(
@@ -193,11 +144,8 @@ def compare(
 
 
 def _value_at(array: Array, flat: int) -> str:
-    """The value at a flat index, read by itself (O(row))."""
-    width = array.row_width if len(array.shape) >= 2 else 1
-    row, column = divmod(flat, width) if len(array.shape) >= 2 else (0, flat)
-    values = array.row(row)
-    return repr(values[column]) if column < len(values) else "?"
+    """The value at a flat index, read by itself, as Python prints it."""
+    return repr(array.value_at(flat)) if 0 <= flat < array.size else "?"
 
 
 def _read_ids(path: Path) -> list[str]:
@@ -217,11 +165,10 @@ def read_output(folder: Path, output: OutputSpec, limits: LimitsSpec) -> tuple[A
     if output.format == "npy":
         with open_output(folder, output.file, limits.output_mib * MIB, limit_hint=_limit_hint("output_mib")) as handle:
             size = os.fstat(handle.fileno()).st_size
-            fd = os.dup(handle.fileno())
-        try:
-            return npy_from_fd(fd, display), size
-        except ArrayFormatError as exc:
-            raise UnsafeOutput(display, f"is not a usable .npy file: {exc}") from None
+            try:
+                return npy_from_file(handle, display, output.dtype), size
+            except ArrayFormatError as exc:
+                raise UnsafeOutput(display, f"is not a usable .npy file: {exc}") from None
     with open_output(folder, output.file, limits.json_mib * MIB, limit_hint=_limit_hint("json_mib")) as handle:
         data = handle.read(limits.json_mib * MIB + 1)
     if len(data) > limits.json_mib * MIB:
@@ -260,8 +207,8 @@ def output_checks(
         )
     if output.dtype is not None:
         checks.append(_check(f"{name}: dtype", output.dtype, array.dtype, array.dtype == output.dtype))
-    if output.finite and array.dtype.startswith("float"):
-        bad = _non_finite(array)
+    if output.finite and array.dtype in FLOAT_DTYPES:
+        bad = metrics.count_non_finite(array)
         checks.append(
             _check(f"{name}: finite", "no NaN or Inf", "all finite" if not bad else f"{bad} NaN/Inf values", not bad)
         )
@@ -314,7 +261,7 @@ def output_checks(
                 )
             )
         else:
-            reference = read_reference(reference_path)
+            reference = read_reference(reference_path, output.dtype)
             try:
                 checks.append(compare(name, array, reference, output.compare, ids))
             finally:
@@ -323,20 +270,17 @@ def output_checks(
 
 
 def nearest_neighbour_check(check: NearestNeighbourCheck, array: Array, ids: list[str], pairs_path: Path) -> Check:
-    """Each pair must be each other's nearest row. Rows are read one at a time: O(row) memory, O(n²) reads."""
+    """Each pair must be each other's nearest row (cosine), all queried rows in one chunked pass."""
     pairs = json.loads(pairs_path.read_text(encoding="utf-8"))
-    norms = [math.sqrt(sum(float(x) ** 2 for x in row)) or 1.0 for row in array.rows()]
     index = {identifier: i for i, identifier in enumerate(ids)}
+    if array.dtype in ("str", "mixed"):
+        nearest_of: dict[int, int] = {}
+    else:
+        nearest_of = metrics.nearest_rows(array, [index[x] for pair in pairs for x in pair if x in index])
 
-    def nearest(i: int) -> str:
-        target = [float(x) for x in array.row(i)]
-        best, best_score = -1, -math.inf
-        for j, row in enumerate(array.rows()):
-            if j != i:
-                score = sum(x * float(y) for x, y in zip(target, row, strict=True)) / (norms[i] * norms[j])
-                if score > best_score:
-                    best, best_score = j, score
-        return ids[best]
+    def nearest(i: int) -> str | None:
+        best = nearest_of.get(i)
+        return ids[best] if best is not None and best < len(ids) else None
 
     agreed, misses = 0, []
     for a, b in pairs:
@@ -357,12 +301,7 @@ def nearest_neighbour_check(check: NearestNeighbourCheck, array: Array, ids: lis
 def label_equality_check(check: LabelEqualityCheck, array: Array, reference_path: Path) -> Check:
     reference = read_reference(reference_path)
     try:
-        equal, first = 0, -1
-        for position, (a, b) in enumerate(zip(_values(array), _values(reference), strict=False)):
-            if a == b:
-                equal += 1
-            elif first < 0:
-                first = position
+        equal, first = metrics.equal_values(array, reference)
         total = max(array.size, reference.size)
         same_size = array.size == reference.size
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
+from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, variant_option
 
 
 @click.command()
@@ -30,6 +30,7 @@ from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 @click.option("--verbose", "-v", is_flag=True, help="Show every build log line, not only the steps.")
+@dry_run_option
 def build(
     dossier: Path,
     out: Path,
@@ -39,6 +40,7 @@ def build(
     network: str | None,
     no_cache: bool,
     verbose: bool,
+    dry_run: bool,
 ) -> None:
     """Render the dossier and build its image through the Docker engine; record build.json."""
     from orchestrator.cli.console import make_console
@@ -51,7 +53,6 @@ def build(
 
     console = make_console()
     loaded = load_dossier(dossier, variant=variant)
-    engine = connect()
     options = BuildOptions(
         out=out,
         tag=tag,
@@ -59,6 +60,14 @@ def build(
         network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         no_cache=no_cache,
     )
+    if dry_run:
+        import os
+
+        from orchestrator.pipeline.dry_run import dry_run_build
+
+        click.echo(dry_run_build(loaded, options, environ=os.environ), nl=False)
+        return
+    engine = connect()
 
     try:
         with stage_progress(console, loaded.model.name, verbose=verbose) as progress:

@@ -26,8 +26,10 @@ def compare(a: Path, b: Path, as_json: bool, markdown_out: Path | None) -> None:
     A difference that a variant declared in the dossier explains is shown as intended, not as a
     regression. Exit 0 when identical or equivalent, 1 when B regressed, 2 on bad input.
     """
-    from orchestrator.compare.diff import compare_sides, load_side, render_compare_markdown
+    from orchestrator.compare.read import load_side
+    from orchestrator.compare.verdict import compare_sides
     from orchestrator.errors import BadInput, VerdictFailed
+    from orchestrator.report.compare_markdown import render_compare_markdown
 
     comparison = compare_sides(load_side(a), load_side(b))
     if markdown_out is not None:

@@ -10,16 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.compare.diff import (
-    OVERALL_TEXT,
-    VERDICT_TEXT,
-    Comparison,
-    Difference,
-    Verdict,
-    short,
-    side_summary,
-    verdict_label,
-)
+from orchestrator.model.comparison import Comparison, Difference, Verdict
+from orchestrator.report.compare_markdown import OVERALL_TEXT, VERDICT_TEXT, short, side_summary, verdict_label
 
 _VERDICT_STYLE: dict[Verdict, str] = {
     "same": "green",

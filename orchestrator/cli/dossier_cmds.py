@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 dossier_argument = click.argument("dossier", type=click.Path(path_type=Path))
 variant_option = click.option(
     "--variant", metavar="NAME", default=None, help="Use a variant declared in the dossier (e.g. cpu)."
+)
+dry_run_option = click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the whole plan — every engine call, in order, with its image, tag, labels, mounts, environment, "
+    "limits and GPU mapping — and exit 0 without touching the engine.",
 )
 
 
@@ -77,6 +87,20 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         console.print(f"  {'links followed':<16} {shown} (inside the folder; copied as files)")
     if variants:
         console.print(f"  {'variants':<16} {', '.join(variants)}")
+    _print_fields_to_confirm(dossier, console)
+
+
+def _print_fields_to_confirm(dossier: Path, console: Console) -> None:
+    """A draft from `orch record` marks the decisions it leaves to a person; say which are left."""
+    import yaml
+
+    from orchestrator.record.draft import fields_to_confirm
+
+    left = fields_to_confirm(yaml.safe_load(dossier.read_text(encoding="utf-8")))
+    if left:
+        console.print(
+            f"  [yellow]{'to confirm':<16}[/] {len(left)} field(s) still marked TO CONFIRM: {', '.join(left)}"
+        )
 
 
 @click.command()

@@ -31,17 +31,13 @@ def handover(dossier: Path, out: Path, source: Path | None, variant: str | None)
 
     loaded = load_dossier(dossier, variant=variant)
     if source is None:
-        from orchestrator.cli.probe_cmds import run_rebuild
+        from orchestrator.cli.probe_cmds import rebuild_and_report
 
         source = out.with_name(out.name + ".rebuild")
-        run_rebuild(loaded, source, ca_bundle=None, no_cache=False, raise_on_failure=True)
+        rebuild_and_report(loaded, source, ca_bundle=None, no_cache=False)
     console = make_console()
-    engine = connect()
-    try:
-        with console.status("handing over") as status:
-            manifest = write_handover(loaded, engine, source, out, on_stage=lambda s: status.update(f"hand-over: {s}"))
-    finally:
-        engine.close()
+    with connect() as engine, console.status("handing over") as status:
+        manifest = write_handover(loaded, engine, source, out, on_stage=lambda s: status.update(f"hand-over: {s}"))
     size = sum(f.size for f in manifest.files) / 1e9
     console.print(
         f"[green]✓[/] hand-over folder {out}: {len(manifest.files)} files, {size:.2f} GB, checksums in SHA256SUMS"
@@ -76,14 +72,10 @@ def verify(folder: Path, out: Path | None) -> None:
     # Before anything needs an engine: a damaged or tampered folder is a verdict on its own.
     with console.status("verify: checking the folder"):
         checked = check_handover(folder)
-    engine = connect()
-    try:
-        with console.status("verifying") as status:
-            result = verify_handover(
-                folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"), checked=checked
-            )
-    finally:
-        engine.close()
+    with connect() as engine, console.status("verifying") as status:
+        result = verify_handover(
+            folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"), checked=checked
+        )
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for column in ("layer", "shipped", "replayed", "verdict"):
         table.add_column(column)

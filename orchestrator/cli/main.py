@@ -1,8 +1,8 @@
 """The `orch` command line: a thin Click layer over the library.
 
 Imports stay lazy (inside each command) so `orch --help` starts fast; `benchmarks/cli_startup.py`
-measures it. Only `main()` turns an `OrchError` into a message and an exit code: 0 success,
-1 verdict failed, 2 bad input or usage, 3 environment failure.
+measures it. Only `main()` turns an `OrchError` into a message and an exit code; the codes and what
+they mean are the one table in orchestrator/errors.py (`EXIT_CODES`), which the epilog below prints.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from orchestrator.cli.build_cmd import build
 from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
+from orchestrator.cli.init_cmd import init
+from orchestrator.cli.lock_cmds import lock
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
+from orchestrator.cli.record_cmd import record
+from orchestrator.cli.tables_cmd import tables
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_SUCCESS, exit_codes_help
 
-EXIT_CODES_HELP = "Exit codes: 0 success, 1 a verdict failed, 2 bad input or usage, 3 the environment failed."
 
-
-@click.group(epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(epilog=exit_codes_help(), context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orch")
 def cli() -> None:
     """Rebuild GPU machine-learning environments in containers and prove they still do what the reference did."""
@@ -40,6 +43,10 @@ cli.add_command(probe_host)
 cli.add_command(compare)
 cli.add_command(handover)
 cli.add_command(verify)
+cli.add_command(lock)
+cli.add_command(tables)
+cli.add_command(record)
+cli.add_command(init)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,10 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         # Containers are removed by the engine's `finally` blocks before we get here.
         click.echo("Interrupted; orch removed the containers it had started.", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        sys.exit(EXIT_BAD_INPUT if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(0)
+    sys.exit(EXIT_SUCCESS)

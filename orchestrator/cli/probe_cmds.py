@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
+from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, variant_option
 
 if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
+    from rich.console import Console
+
     from orchestrator.dossier.load import LoadedDossier
+    from orchestrator.model.build_record import BuildRecord
     from orchestrator.model.report import Report
+    from orchestrator.pipeline.rebuild import RebuildHooks
 
 
 def _finish(report_out: Path, report: Report) -> None:
@@ -39,7 +44,8 @@ def _finish(report_out: Path, report: Report) -> None:
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
 @click.option("--image", default=None, help="Image to probe (default: the one `orch build` made for this dossier).")
 @variant_option
-def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> None:
+@dry_run_option
+def probe(dossier: Path, out: Path, image: str | None, variant: str | None, dry_run: bool) -> None:
     """Probe an image layer by layer: image, host driver, device visibility, sample results."""
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
@@ -47,69 +53,77 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None) -> N
     from orchestrator.stages.probe import ProbeOptions, run_probe
 
     loaded = load_dossier(dossier, variant=variant)
-    engine = connect()
+    if dry_run:
+        import os
+
+        from orchestrator.pipeline.dry_run import dry_run_probe
+
+        click.echo(dry_run_probe(loaded, out, image, environ=os.environ), nl=False)
+        return
     console = make_console()
-    try:
-        with console.status(f"probing {loaded.model.name}") as status:
-            report = run_probe(
-                loaded,
-                engine,
-                ProbeOptions(out=out, image=image),
-                on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
-            )
-    finally:
-        engine.close()
+    with connect() as engine, console.status(f"probing {loaded.model.name}") as status:
+        report = run_probe(
+            loaded,
+            engine,
+            ProbeOptions(out=out, image=image),
+            on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
+        )
     _finish(out, report)
 
 
-def run_rebuild(
-    loaded: LoadedDossier,
-    out: Path,
-    *,
-    ca_bundle: Path | None,
-    no_cache: bool,
-    raise_on_failure: bool,
-    network: str | None = None,
-) -> Report:
-    """Build, probe, write the report; the Report. A failed verdict raises when `raise_on_failure`."""
-    from orchestrator.cli.console import make_console
-    from orchestrator.cli.progress import stage_progress
-    from orchestrator.cli.summary import print_build_summary
-    from orchestrator.engine import connect
-    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, run_build
-    from orchestrator.stages.probe import ProbeOptions, run_probe, stages_after_failed_build
+class _RebuildView:
+    """The rebuild's progress on the console: the build's live steps, its summary, then the probe's status."""
 
-    engine = connect()
-    console = make_console()
-    try:
-        with stage_progress(console, loaded.model.name) as progress:
-            record = run_build(
-                loaded,
-                engine,
-                BuildOptions(
-                    out=out,
-                    ca_bundle=ca_bundle or ca_bundle_from_environment(),
-                    no_cache=no_cache,
-                    network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-                ),
-                on_line=progress.line,
-                on_stage=progress.stage,
-            )
-        print_build_summary(console, record, out)
-        if record.image is None:
-            report = stages_after_failed_build(loaded, record)
-        else:
-            with console.status(f"probing {loaded.model.name}") as status:
-                report = run_probe(
-                    loaded,
-                    engine,
-                    ProbeOptions(out=out, image=record.image.tag, built_in_this_run=True),
-                    on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
-                )
-    finally:
-        engine.close()
-    if raise_on_failure:
-        _finish(out, report)
+    def __init__(self, console: Console, name: str, out: Path) -> None:
+        self._console, self._name, self._out = console, name, out
+        self._stack = ExitStack()
+
+    def __enter__(self) -> _RebuildView:
+        from orchestrator.cli.progress import stage_progress
+
+        self._progress = self._stack.enter_context(stage_progress(self._console, self._name))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.close()
+
+    def hooks(self) -> RebuildHooks:
+        from orchestrator.pipeline.rebuild import RebuildHooks
+
+        return RebuildHooks(
+            on_line=self._progress.line,
+            on_build_stage=self._progress.stage,
+            on_built=self._built,
+            on_probe_stage=lambda stage: self._status.update(f"{self._name}: {stage}"),
+        )
+
+    def _built(self, record: BuildRecord) -> None:
+        from orchestrator.cli.summary import print_build_summary
+
+        self._stack.close()  # the build's live view ends before its summary is printed
+        print_build_summary(self._console, record, self._out)
+        if record.image is not None:
+            self._status = self._stack.enter_context(self._console.status(f"probing {self._name}"))
+
+
+def rebuild_and_report(
+    loaded: LoadedDossier, out: Path, *, ca_bundle: Path | None, no_cache: bool, network: str | None = None
+) -> Report:
+    """`orch rebuild` on the console: the pipeline, the report written, a failed verdict raised (exit 1)."""
+    from orchestrator.cli.console import make_console
+    from orchestrator.engine import connect
+    from orchestrator.pipeline.rebuild import rebuild as run_rebuild
+    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
+
+    options = BuildOptions(
+        out=out,
+        ca_bundle=ca_bundle or ca_bundle_from_environment(),
+        no_cache=no_cache,
+        network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+    )
+    with connect() as engine, _RebuildView(make_console(), loaded.model.name, out) as view:
+        report = run_rebuild(loaded, engine, options, hooks=view.hooks())
+    _finish(out, report)
     return report
 
 
@@ -134,6 +148,7 @@ def run_rebuild(
     default=None,
     help="Also write a hand-over folder here when the report passed.",
 )
+@dry_run_option
 def rebuild(
     dossier: Path,
     out: Path,
@@ -142,24 +157,35 @@ def rebuild(
     no_cache: bool,
     network: str | None,
     handover_dir: Path | None,
+    dry_run: bool,
 ) -> None:
     """The whole sequence in one command: build the image, probe it, write the report (and the hand-over)."""
     from orchestrator.dossier.load import load_dossier
 
     loaded = load_dossier(dossier, variant=variant)
-    run_rebuild(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, raise_on_failure=True, network=network)
+    if dry_run:
+        import os
+
+        from orchestrator.pipeline.dry_run import dry_run_rebuild
+        from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
+
+        options = BuildOptions(
+            out=out,
+            ca_bundle=ca_bundle or ca_bundle_from_environment(),
+            no_cache=no_cache,
+            network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        )
+        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir), nl=False)
+        return
+    rebuild_and_report(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network)
     if handover_dir is not None:
         from orchestrator.cli.console import make_console
         from orchestrator.engine import connect
         from orchestrator.stages.handover import write_handover
 
         console = make_console()
-        engine = connect()
-        try:
-            with console.status("handing over") as status:
-                write_handover(loaded, engine, out, handover_dir, on_stage=lambda s: status.update(f"hand-over: {s}"))
-        finally:
-            engine.close()
+        with connect() as engine, console.status("handing over") as status:
+            write_handover(loaded, engine, out, handover_dir, on_stage=lambda s: status.update(f"hand-over: {s}"))
         console.print(f"[green]✓[/] hand-over folder {handover_dir} (replay: orch verify {handover_dir})")
 
 
@@ -177,11 +203,8 @@ def doctor(dossier: Path | None, variant: str | None, as_json: bool) -> None:
     from orchestrator.pipeline.doctor import diagnose
 
     loaded = load_dossier(dossier, variant=variant) if dossier else None
-    engine = connect()
-    try:
+    with connect() as engine:
         diagnosis = diagnose(engine, loaded)
-    finally:
-        engine.close()
     if as_json:
         click.echo(diagnosis.model_dump_json(indent=2))
     else:
@@ -199,33 +222,16 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
     """Host mode: run the host and device probes on this machine, without Docker (for GPU hosts with torch)."""
     import shutil
     import subprocess
-    from datetime import UTC, datetime
 
-    from orchestrator import __version__
     from orchestrator.host.collect import collect_host_facts
-    from orchestrator.model.report import Report, ReportDossier, overall_verdict
-    from orchestrator.stages.probe import not_run, run_host_mode
+    from orchestrator.pipeline.host_mode import host_mode_report
 
     interpreter = python or shutil.which("python3") or "python3"
-    host, device = run_host_mode(
-        platform, backend_version, interpreter, host_facts=lambda: collect_host_facts(None), run=subprocess.run
-    )
-    stages = {
-        "image": not_run("image", "host mode: no image, the host's own Python environment"),
-        "host": host,
-        "device": device,
-        "sample": not_run("sample", "host mode runs the host and device probes only"),
-    }
-    verdict = "passed" if overall_verdict({"host": host, "device": device}) == "passed" else "failed"
-    report = Report(
-        orch_version=__version__,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        dossier=ReportDossier(
-            name="host-mode", path="-", identity="-", variant=None, platform=platform, backend_version=backend_version
-        ),
-        image=None,
-        verdict=verdict,
-        stages=stages,
-        notes=[f"host mode with {interpreter}"],
+    report = host_mode_report(
+        platform,  # type: ignore[arg-type]  # click.Choice keeps it to the Literal's values
+        backend_version,
+        interpreter,
+        host_facts=lambda: collect_host_facts(None),
+        run=subprocess.run,
     )
     _finish(out, report)

@@ -4,7 +4,6 @@ terminal; in logs and CI the step lines print as they come."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+from orchestrator.engine.build_log import STEP_LINE
 
 
 @dataclass
@@ -37,9 +36,9 @@ class StageProgress:
         self.progress.update(self.task, description=f"{self.name}: {stage}")
 
     def line(self, line: str) -> None:
-        match = _STEP.match(line)
+        match = STEP_LINE.match(line)
         if match:
-            number, total, instruction = int(match.group(1)), int(match.group(2)), match.group(3)
+            number, total, instruction = int(match["number"]), int(match["total"]), match["instruction"]
             self.progress.update(
                 self.task, total=total, completed=number - 1, description=f"{self.name}: {instruction[:60]}"
             )

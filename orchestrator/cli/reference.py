@@ -16,25 +16,11 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.errors import EXIT_CODES
+
 REGENERATE = (
     '.venv/bin/python -c "from orchestrator.cli.reference import cli_reference_markdown; '
     "print(cli_reference_markdown(), end='')\" > docs/cli.md"
-)
-
-#: The exit-code contract (orchestrator/errors.py, `orch --help`); 130 comes from the entry point on Ctrl-C.
-EXIT_CODES: tuple[tuple[int, str], ...] = (
-    (0, "success (for `orch compare`: identical or equivalent)"),
-    (
-        1,
-        "a verdict failed: a check did not hold, a build step failed, a replay differs, a damaged or tampered hand-over, B regressed",
-    ),
-    (2, "bad input or usage: dossier, paths, hashes, options, a usage error reported by Click"),
-    (
-        3,
-        "the environment failed: engine unreachable, base image missing, tool missing, not root, the wheel download "
-        "failed; also a template that does not render (a bug in orch)",
-    ),
-    (130, "interrupted (Ctrl-C); orch removes the containers it had started before exiting"),
 )
 
 
@@ -220,7 +206,7 @@ def cli_reference_markdown() -> str:
     for name, command in commands:
         out += _command_section(f"orch {name}", command, "##")
     out += ["## Exit codes", "", "| code | meaning |", "| --- | --- |"]
-    out += [f"| {code} | {_cell(meaning)} |" for code, meaning in EXIT_CODES]
+    out += [f"| {row.code} | {_cell(row.meaning)} |" for row in EXIT_CODES]
     out += [
         "",
         "## Error kinds",

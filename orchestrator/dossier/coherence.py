@@ -13,6 +13,7 @@ from packaging.version import Version
 from orchestrator import vendor
 from orchestrator.dossier.lock import Lock
 from orchestrator.dossier.models import BaseImageSpec, PythonSpec, SystemSpec
+from orchestrator.model.platform import Platform
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def resolve_base_image(system: SystemSpec) -> ResolvedBaseImage | Incoherence:
     )
 
 
-def _images_with_python(version: str, platform: str) -> list[str]:
+def _images_with_python(version: str, platform: Platform) -> list[str]:
     """Base images of orch's table that carry `version`, for `platform` or for any platform."""
     rows = [
         image
@@ -200,7 +201,7 @@ def check_torch(system: SystemSpec, python: PythonSpec, lock: Lock) -> Incoheren
     return None
 
 
-def _series_with(platform: str, version: str) -> list[str]:
+def _series_with(platform: Platform, version: str) -> list[str]:
     """The torch series of orch's table that torch's own index builds for this CUDA or ROCm version."""
     releases = sorted(vendor.torch_releases().values(), key=lambda release: Version(release.series))
     return [r.series for r in releases if version in (r.cuda if platform == "cuda" else r.rocm)]

@@ -8,7 +8,7 @@ from packaging.version import Version
 from orchestrator import vendor
 from orchestrator.resources import data_json
 
-#: Every mount the sample's container gets: (target, mode, what). `orchestrator.stages.probe.sample_mounts` makes
+#: Every mount the sample's container gets: (target, mode, what). `orchestrator.plan.run.sample_mounts` makes
 #: them; a unit test checks the two agree.
 SAMPLE_MOUNTS: tuple[tuple[str, str, str], ...] = (
     ("/orch/input/<path>", "read-only", "each `expect.inputs` file, at its dossier-relative `path`"),
@@ -120,7 +120,7 @@ def vendor_tables_markdown() -> list[str]:
         "## Vendor tables",
         "",
         "orch checks a dossier against these tables (`orchestrator/data/*.json`) before anything is built. "
-        "This section is generated from them.",
+        "This section is generated from them; `orch tables` prints them (`--json` for scripts).",
         "",
         "### torch ↔ CUDA / ROCm",
         "",

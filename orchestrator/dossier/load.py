@@ -5,6 +5,9 @@ file readable → safe YAML → schema version → schema (pydantic) → referen
 dossier's folder, of the right kind (`paths`: the folder is untrusted, symlinks leaving it are refused)
 → declared fingerprints match, when asked (`orch validate`) → lock parses → coherence with vendor
 tables (for the reference and every declared variant).
+
+Why one module of ~440 lines: it is the loader's one sequence, read top to bottom; the parts that stand
+on their own (YAML source, paths, fingerprints, lock, coherence) already live beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ from orchestrator.dossier.coherence import (
     check_torch,
     resolve_base_image,
 )
+from orchestrator.dossier.fingerprints import (
+    DeclaredFingerprint,
+    declared_fingerprints,
+    fingerprint_mismatch,
+    total_bytes,
+    where_differ,
+)
 from orchestrator.dossier.lock import Lock, LockError, parse_lock
 from orchestrator.dossier.models import SCHEMA_VERSION, Dossier
 from orchestrator.dossier.paths import (
@@ -44,7 +54,8 @@ from orchestrator.dossier.paths import (
 from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, YamlSourceError, read_yaml
 from orchestrator.errors import DossierError
 
-# file_sha256 lives in `paths` and is re-exported: callers hash files as `load` does.
+# file_sha256 lives in `paths` and the fingerprint rules in `fingerprints`; both are re-exported because
+# callers hash and compare files as `load` does.
 __all__ = [
     "DeclaredFingerprint",
     "LoadedDossier",
@@ -163,58 +174,6 @@ def apply_variant(model: Dossier, name: str) -> Dossier:
             "expect": model.expect.model_copy(update={"outputs": outputs}),
         }
     )
-
-
-@dataclass(frozen=True)
-class DeclaredFingerprint:
-    field: str  # where the sha256 is written, e.g. 'weights[0].sha256'
-    expected: str
-
-
-def declared_fingerprints(model: Dossier) -> dict[str, list[DeclaredFingerprint]]:
-    """Every local file whose sha256 the dossier declares: path → the fields that declare it."""
-    found: dict[str, list[DeclaredFingerprint]] = {}
-
-    def add(relative: str | None, field_name: str, expected: str | None) -> None:
-        if relative is not None and expected is not None:
-            found.setdefault(relative, []).append(DeclaredFingerprint(field_name, expected))
-
-    for section, artifacts in (("data", model.data), ("weights", model.weights)):
-        for index, artifact in enumerate(artifacts):
-            add(artifact.path, f"{section}[{index}].sha256", artifact.sha256)
-    for index, sample_input in enumerate(model.expect.inputs):
-        add(sample_input.path, f"expect.inputs[{index}].sha256", sample_input.sha256)
-    for index, output in enumerate(model.expect.outputs):
-        if output.compare is not None:
-            add(output.compare.reference, f"expect.outputs[{index}].compare.sha256", output.compare.sha256)
-    for index, variant in enumerate(model.variants):
-        for name, comparison in variant.compare.items():
-            add(comparison.reference, f"variants[{index}].compare.{name}.sha256", comparison.sha256)
-    return found
-
-
-def fingerprint_mismatch(relative: str, expected: str, observed: str) -> str:
-    """Both hashes in full and where they first differ: two hashes cut short can look identical."""
-    return f"sha256 of {relative!r} does not match: declared {expected}, the file has {observed} ({where_differ(expected, observed)})"
-
-
-def where_differ(expected: str, observed: str) -> str:
-    first = next((i for i, (a, b) in enumerate(zip(expected, observed, strict=False)) if a != b), None)
-    if first is None:
-        return "same prefix, different length" if len(expected) != len(observed) else "identical"
-    return f"they differ from character {first + 1}"
-
-
-def _total_bytes(located: list[tuple[str, str, Path, list[TreeFile] | None]]) -> int:
-    seen: set[str] = set()
-    total = 0
-    for _, relative, target, tree in located:
-        if relative in seen:
-            continue
-        seen.add(relative)
-        paths = [entry.real for entry in tree] if tree is not None else [target]
-        total += sum(os.stat(path).st_size for path in paths)
-    return total
 
 
 def _first_validation_error(file: str, exc: ValidationError, doc: YamlDocument) -> DossierError:
@@ -340,6 +299,27 @@ def _read_dossier_file(given: Path) -> tuple[Path, bytes]:
             raise DossierError(file, f"cannot be read: {exc.strerror}") from None
 
 
+def read_declaration(path: Path) -> Dossier:
+    """The dossier's own fields, validated, with no referenced file opened, hashed or checked.
+
+    For readers of what a dossier *declared* after the fact (`orch compare` looking a recorded variant
+    up, `orch verify` checking a shipped dossier's paths before anything is hashed). The file itself is
+    read by the same rule as `load_dossier` (no link out of its folder, no FIFO or device, a size cap).
+    A file that cannot be read is `DossierError` with no field and no line; one that does not validate
+    names its field and line.
+    """
+    file = str(path)
+    _, raw = _read_dossier_file(path)
+    try:
+        doc = read_yaml(raw)
+    except YamlSourceError as exc:
+        raise DossierError(file, str(exc), line=exc.line or 1) from None
+    try:
+        return Dossier.model_validate(doc.data)
+    except ValidationError as exc:
+        raise _first_validation_error(file, exc, doc) from None
+
+
 def load_dossier(
     path: str | Path,
     *,
@@ -394,7 +374,7 @@ def load_dossier(
         locate(root, relative, "folder", where, links)
     fingerprints = declared_fingerprints(reference) if check_fingerprints else {}
     if on_total is not None:
-        on_total(_total_bytes(located))
+        on_total(total_bytes(located))
     for field_name, relative, target, tree in located:
         if relative in files:
             continue  # one file named by several fields is read once

@@ -5,6 +5,9 @@ a loaded dossier is a value handed from stage to stage. Paths are kept as writte
 them against the dossier's folder and checks they exist. Cross-field rules that need vendor tables
 (torch ↔ CUDA/ROCm, Python ↔ base image) live in `coherence`, not here, so this module stays a plain
 description of the format that `orch schema` exports.
+
+Why one module of ~500 lines: it is the format's reference, section by section in the order a dossier
+is written, and `orch schema` exports it whole; split, a reader would chase one format across files.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from orchestrator.model.platform import InstallMode, Platform
 
 SCHEMA_VERSION = 1
 
@@ -51,7 +56,6 @@ RelativePath = Annotated[
     StringConstraints(min_length=1, max_length=4096),
     Field(description="A path; relative paths resolve against the dossier's folder."),
 ]
-Platform = Literal["cpu", "cuda", "rocm"]
 
 # Query parameters that carry credentials in index URLs (pip, Artifactory, Nexus, cloud storage).
 _TOKEN_QUERY_KEYS = re.compile(r"(token|key|secret|password|passwd|auth|signature|sig|credential)", re.I)
@@ -150,7 +154,7 @@ class PythonSpec(StrictModel):
     requirements: RelativePath = Field(
         description="Pinned requirements (a lock): every line 'name==version', optionally with --hash."
     )
-    install: Literal["online", "wheelhouse"] = Field(
+    install: InstallMode = Field(
         default="online",
         description="online: pip in the build reaches the indexes. wheelhouse: the host downloads the pinned, "
         "hashed wheels and the build installs them with no network.",
@@ -267,7 +271,9 @@ class ExactComparison(_Comparison):
     metric: Literal["exact"]
 
 
-Comparison = Annotated[
+#: How one output is compared with its reference (the dossier's *spec*; `orch compare`'s result is
+#: `orchestrator.model.comparison.Comparison`).
+ComparisonSpec = Annotated[
     MaxAbsComparison | AllCloseComparison | CosineComparison | ExactComparison,
     Field(discriminator="metric"),
 ]
@@ -301,7 +307,7 @@ class OutputSpec(StrictModel):
     dtype: Literal["float16", "bfloat16", "float32", "float64", "int32", "int64", "bool", "str"] | None = None
     finite: bool = True
     ids: IdsSpec | None = None
-    compare: Comparison | None = None
+    compare: ComparisonSpec | None = None
 
     @field_validator("shape")
     @classmethod
@@ -462,7 +468,7 @@ class VariantSpec(StrictModel):
     description: str = Field(min_length=1)
     system: SystemSpec | None = Field(default=None, description="Replaces the reference's system section.")
     python: PythonSpec | None = Field(default=None, description="Replaces the reference's python section.")
-    compare: dict[Identifier, Comparison] = Field(
+    compare: dict[Identifier, ComparisonSpec] = Field(
         default_factory=dict, description="Per output name: the comparison to use for this variant."
     )
 

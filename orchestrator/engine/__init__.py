@@ -8,15 +8,27 @@ clear `EngineUnavailable` (exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, Protocol
+from typing import IO, Protocol, Self
 
-from orchestrator.untrusted import last_line
+from orchestrator.plan.specs import Mount, Network, RunSpec
+from orchestrator.untrusted import exited
 
-#: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
-#: network namespace (reaches indexes on the host's loopback).
-Network = Literal["none", "default", "host"]
+__all__ = [
+    "MANAGED_LABEL",
+    "BuildOutcome",
+    "Engine",
+    "EngineInfo",
+    "ImageInfo",
+    "Mount",
+    "Network",
+    "RunOutcome",
+    "RunSpec",
+    "connect",
+    "describe_exit",
+    "memory_words",
+]
 
 #: Every container and temporary image orch creates carries this label, so cleanup can find them.
 MANAGED_LABEL = "io.orch.managed"
@@ -44,41 +56,13 @@ class ImageInfo:
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What the engine said of a build: the image, its whole log, and its own error. Why it failed (step,
+    pip's or apt's words) is read from the log by engine/build_log.py, not by the engine adapter."""
+
     image_id: str | None  # None when the build failed
     log: str
-    failed_step: str | None = None
-    first_error: str | None = None
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: Path
-    target: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    image: str
-    command: Sequence[str]
-    mounts: Sequence[Mount] = ()
-    environment: Mapping[str, str] = field(default_factory=dict)
-    network: bool = False
-    timeout_s: float = 600
-    user: str | None = None
-    working_dir: str | None = None
-    mem_limit: str = "4g"
-    pids_limit: int = 1024
-    labels: Mapping[str, str] = field(default_factory=dict)
-    #: NVIDIA GPUs through a device request: "all" (--gpus all), or CDI device names (nvidia.com/gpu=all).
-    nvidia_gpus: bool = False
-    cdi_devices: Sequence[str] = ()
-    #: Device nodes to pass through (AMD: /dev/kfd, /dev/dri) and numeric host group ids to add.
-    devices: Sequence[str] = ()
-    group_add: Sequence[str] = ()
-    shm_size: str | None = None
-    #: Bytes of stdout (and of stderr) kept; the rest is cut from the middle, counted (untrusted.CappedStream).
-    max_log_bytes: int = 16 << 20
+    #: The engine's own error message (redacted), as the log's last line `ERROR: …` also shows it.
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +93,7 @@ def describe_exit(outcome: RunOutcome, spec: RunSpec, raise_hint: str) -> str:
             f"the container was killed at its memory limit of {memory_words(spec.mem_limit)} "
             f"(exit {outcome.exit_code}, out of memory); {raise_hint}"
         )
-    return f"exited {outcome.exit_code}: {last_line(outcome.stderr) or 'no output'}"
+    return exited(outcome.exit_code, outcome.stderr)
 
 
 class Engine(Protocol):
@@ -152,9 +136,18 @@ class Engine(Protocol):
 
     def close(self) -> None: ...
 
+    #: An engine is a context manager: `with connect() as engine:` releases its client on the way out,
+    #: also on an error or Ctrl-C.
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
 
 def connect(base_url: str | None = None) -> Engine:
-    """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable."""
+    """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable.
+
+    Use it as a context manager (`with connect() as engine:`), or call `close()`.
+    """
     from orchestrator.engine.docker_engine import DockerEngine
 
     return DockerEngine.connect(base_url)

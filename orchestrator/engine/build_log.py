@@ -1,17 +1,25 @@
-"""Reading the output of a build and of pip: cached steps, the first error, a pin that does not exist. Pure."""
+"""Reading the output of a build and of pip: cached steps, the failed step and its first error, a pin that
+does not exist, an image removed under a build. Pure: the engine adapter only hands the log over."""
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.dossier.lock import Lock
 from orchestrator.errors import BadInput
-from orchestrator.model.build_record import CacheStats
+from orchestrator.model.build_record import BuildFailure, CacheStats
 from orchestrator.redact import redact
 
-_STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
+#: The classic builder's step header, `Step 3/9 : RUN pip install …`: the one reading of it (this module,
+#: the live progress bar).
+STEP_LINE = re.compile(r"^Step (?P<number>\d+)/(?P<total>\d+) : (?P<instruction>.*)$")
+#: Lines of the failed step read for its first error: the last ones (a RUN step's output is the installed
+#: packages' code, and pip and apt print their errors at the end), each cut to `STEP_LINE_CHARS`.
+STEP_LINES_KEPT = 2000
+STEP_LINE_CHARS = 2000
 # Lines that carry the cause of a failed RUN step, as pip, apt, git and Python print them (for a Python
 # traceback, its last line: the exception, not "Traceback (most recent call last):").
 _ERROR_LINE = re.compile(r"^(ERROR:|E: |error:|Error:|fatal:|\S+(Error|Exception): )")
@@ -35,7 +43,7 @@ def cache_stats(log: str) -> CacheStats:
     """Every non-FROM step is either cached (`---> Using cache`) or rebuilt; FROM steps only select a base."""
     steps: list[tuple[str, bool]] = []
     for line in log.splitlines():
-        match = _STEP.match(line)
+        match = STEP_LINE.match(line)
         if match:
             steps.append((match.group("instruction"), False))
         elif line.strip() == "---> Using cache" and steps:
@@ -130,6 +138,26 @@ def pin_not_found(lock: Lock, lock_file: str | None, missing: MissingPin, where:
         hint=f"Pin a version that exists in {lock_file or 'the lock'} (and its hashes), or add the index or "
         "find-links folder that carries it to the dossier's python section.",
     )
+
+
+def build_failure(log: str, engine_error: str | None) -> BuildFailure:
+    """Why a build failed, from its log: the step that ran last and the first line of its output that
+    says why (pip, apt, git, Python); else the engine's own error, explained when an image vanished."""
+    step: str | None = None
+    step_lines: deque[str] = deque(maxlen=STEP_LINES_KEPT)
+    # The adapter ends a failed build's log with the engine's error (which may span lines); it is the
+    # fallback, not the step's output.
+    marker = f"ERROR: {engine_error}\n" if engine_error is not None else None
+    if marker is not None and marker in log:
+        log = log[: log.rindex(marker)]
+    for line in log.splitlines():
+        match = STEP_LINE.match(line)
+        if match:
+            step, step_lines = match.group("instruction"), deque(maxlen=STEP_LINES_KEPT)
+        else:
+            step_lines.append(line[:STEP_LINE_CHARS])
+    fallback = explain_removed_image(engine_error) if engine_error else "the build failed"
+    return BuildFailure(step=step, first_error=first_error(step_lines) or fallback)
 
 
 def explain_removed_image(error: str) -> str:

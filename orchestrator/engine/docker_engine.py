@@ -13,10 +13,9 @@ import contextlib
 import os
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import docker
 import docker.errors
@@ -32,19 +31,16 @@ from orchestrator.engine import (
     RunOutcome,
     RunSpec,
 )
-from orchestrator.engine.build_log import explain_removed_image, first_error
 from orchestrator.engine.labels import extra_labels_from_environment
-from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure
+from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure, ImageNotBuilt
 from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
 
-STEP_LINES_KEPT = 2000
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 #: Bytes of a build's log kept (head and tail): a pip install prints a few MB at most.
 BUILD_LOG_BYTES = 32 << 20
 # The classic builder wraps a step's stderr in colour escapes; they carry nothing a log reader needs.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_STEP = re.compile(r"^Step \d+/\d+ : (?P<instruction>.*)$")
 _IMAGE_REMOVED_HINT = (
     "The image was removed by another user or process (docker rmi or a prune on the shared engine) while orch "
     "was using it; run the command again."
@@ -112,6 +108,12 @@ class DockerEngine:
     def close(self) -> None:
         self._client.close()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- facts -------------------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
@@ -167,6 +169,11 @@ class DockerEngine:
             return
 
     def pull(self, ref: str) -> ImageInfo:
+        """Pull a *base* image: only a base is ever pulled, so only here is a missing image `base-image-missing`.
+
+        An image orch built (or was given) that is missing is `ImageNotBuilt` wherever it is used (run,
+        save, history): saying "base image" there would send the user after the wrong image.
+        """
         try:
             self._client.images.pull(ref)
         except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
@@ -187,7 +194,7 @@ class DockerEngine:
             layers: list[dict[str, Any]] = self._client.api.history(ref)  # type: ignore[no-untyped-call]
             return [str(layer.get("CreatedBy", "")) for layer in layers]
         except docker.errors.ImageNotFound:
-            raise EnvironmentFailure(f"image {ref} is not in the engine") from None
+            raise ImageNotBuilt(f"image {ref} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
 
     def save(self, ref: str, dest: IO[bytes]) -> None:
         """`docker save REF` streamed into `dest` (saved by tag, so `docker load` restores the tag too)."""
@@ -196,7 +203,7 @@ class DockerEngine:
             for chunk in response:
                 dest.write(chunk)
         except docker.errors.ImageNotFound:
-            raise EnvironmentFailure(f"image {ref} is not in the engine") from None
+            raise ImageNotBuilt(f"image {ref} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
         except docker.errors.APIError as exc:
             raise EnvironmentFailure(f"docker save of {ref} failed: {exc.explanation}") from None
 
@@ -235,12 +242,9 @@ class DockerEngine:
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
         # A RUN step is code from the packages being installed: what it prints is kept within a bound.
+        # Docker calls only: reading the log (the failed step, pip's and apt's errors) is build_log's job.
         log = CappedStream(BUILD_LOG_BYTES)
         image_id: str | None = None
-        step: str | None = None
-        # The output of the step running now, its first error read from it: the last lines only (a RUN
-        # step's output is the installed packages' code; pip and apt print their errors at the end).
-        step_lines: deque[str] = deque(maxlen=STEP_LINES_KEPT)
         error: str | None = None
         try:
             stream = self._client.api.build(
@@ -264,28 +268,18 @@ class DockerEngine:
                         log.feed(line.encode("utf-8", errors="replace") + b"\n")
                         if on_line is not None:
                             on_line(line)
-                        match = _STEP.match(line)
-                        if match:
-                            step, step_lines = match.group("instruction"), deque(maxlen=STEP_LINES_KEPT)
-                        else:
-                            step_lines.append(line[:2000])
                 elif "error" in chunk:
-                    error = explain_removed_image(redact(str(chunk["error"]).strip()))
+                    error = redact(str(chunk["error"]).strip())
                     log.feed(f"ERROR: {error}\n".encode())
                     if on_line is not None:
                         on_line(f"ERROR: {error}")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                     image_id = str(chunk["aux"]["ID"])
         except docker.errors.APIError as exc:
-            error = explain_removed_image(redact(str(exc.explanation)))
+            error = redact(str(exc.explanation))
             log.feed(f"ERROR: {error}\n".encode())
         if error is not None:
-            return BuildOutcome(
-                image_id=None,
-                log=log.text(),
-                failed_step=step,
-                first_error=first_error(step_lines) or error,
-            )
+            return BuildOutcome(image_id=None, log=log.text(), error=error)
         if image_id is None:
             built = self.image(tag)
             image_id = built.id if built else None
@@ -359,7 +353,7 @@ class DockerEngine:
                 stderr_cut=stderr.cut,
             )
         except docker.errors.ImageNotFound:
-            raise EnvironmentFailure(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+            raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
         except docker.errors.APIError as exc:
             # GPU mapping errors surface at start (HTTP 400 "could not select device driver ..."): name them.
             explanation = str(exc.explanation)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.model.checks import Check
 from orchestrator.model.inventory import Inventory, InventoryDiff
+from orchestrator.model.platform import InstallMode
 
 BUILD_FORMAT = "orch.build/1"
 
@@ -47,7 +48,7 @@ class WheelRef(Frozen):
 
 class ContextRef(Frozen):
     digest: str = Field(description="sha256 of the normalised build-context tar the engine received.")
-    install_mode: str
+    install_mode: InstallMode
     network: str
     ca_bundle: bool
     wheels: list[WheelRef]

@@ -6,11 +6,12 @@ build's job (`orchestrator.stages.build`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.model.recorded import Recorded
 from orchestrator.redact import redact
 
 
@@ -133,3 +134,76 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
         ),
         errors=errors,
     )
+
+
+# -- the inventory probe's report (`probes/inventory.py`, probe_version 1) -------------------------------
+# Validated on the host before `parse_inventory` reads it: a key renamed in the probe (or a report forged
+# inside the image) fails the image stage naming the field. A section the probe could not produce is
+# `{"error": "…"}`.
+
+
+class SectionError(Recorded):
+    error: str
+
+
+class ProbePython(Recorded):
+    version: str
+    implementation: str
+    executable: str
+    prefix: str
+    machine: str
+    libc: str
+
+
+class InstalledDistribution(Recorded):
+    name: str | None
+    version: str | None
+    requires_dist: list[str] | None
+    installer: str | None
+    direct_url: dict[str, Any] | None
+    requested: bool | None
+
+
+class PipInspect(Recorded):
+    version: str | None
+    pip_version: str | None
+    environment: dict[str, str] | None
+    installed: list[InstalledDistribution]
+
+
+class ProbePip(Recorded):
+    freeze: list[str] | None
+    freeze_error: str | None
+    check_ok: bool
+    check_lines: list[str]
+    inspect: PipInspect | None
+    inspect_error: str | None
+
+
+class ProbeOs(Recorded):
+    release: dict[str, str]
+    package_manager: str | None
+    packages: dict[str, str]
+
+
+class ProbeTorch(Recorded):
+    version: str | None
+    cuda: str | None
+    hip: str | None
+
+
+class ProbeBackend(Recorded):
+    cuda_toolkit: str | None
+    rocm: str | None
+    env: dict[str, str]
+    torch: ProbeTorch | None
+    cuda_compat_libs: list[str]
+
+
+class InventoryProbeReport(Recorded):
+    probe: Literal["inventory"]
+    probe_version: Literal[1]
+    python: ProbePython
+    pip: ProbePip | SectionError
+    os: ProbeOs | SectionError
+    backend: ProbeBackend | SectionError

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.model.checks import Check
+from orchestrator.model.facts import FACTS_BY_STAGE, ImageStageFacts, StageFacts
+from orchestrator.model.platform import Platform
 
 REPORT_FORMAT = "orch.report/1"
 StageName = Literal["image", "host", "device", "sample"]
@@ -32,7 +34,11 @@ class StageResult(Frozen):
     name: StageName
     status: StageStatus
     reason: str | None = Field(default=None, description="Why the stage was skipped or not run.")
-    facts: dict[str, Any] = Field(default_factory=dict)
+    # The validator below always sets facts of the stage's own type; the default only tells type checkers
+    # that `facts` may be left out (a stage that recorded none).
+    facts: StageFacts = Field(
+        default_factory=ImageStageFacts, description="What the stage saw; its type follows `name` (model/facts.py)."
+    )
     checks: list[Check] = Field(default_factory=list)
     duration_s: float = 0.0
     first_error: StageError | None = None
@@ -41,13 +47,26 @@ class StageResult(Frozen):
         description="What a reader must know although no check failed (e.g. no reference inventory to compare).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _facts_of_the_stage(cls, data: Any) -> Any:
+        """The stage's name picks its facts model; a stage with no facts gets an empty one."""
+        if isinstance(data, dict) and data.get("name") in FACTS_BY_STAGE:
+            model = FACTS_BY_STAGE[data["name"]]
+            facts = data.get("facts")
+            if facts is None:
+                data = {**data, "facts": model()}
+            elif not isinstance(facts, model):
+                data = {**data, "facts": model.model_validate(facts)}
+        return data
+
 
 class ReportDossier(Frozen):
     name: str
     path: str
     identity: str
     variant: str | None
-    platform: str
+    platform: Platform
     backend_version: str | None
 
 

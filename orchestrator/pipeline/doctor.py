@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
+from orchestrator.checks.host_layer import (
+    ImageNeeds,
+    compat_verdict,
+    cpu_variant_of,
+    driver_fits,
+    gpu_mapped,
+    image_needs,
+)
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, EngineInfo
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import CompatVerdict, HostFacts
-from orchestrator.stages.build import default_tag
-from orchestrator.stages.probe import cpu_variant_of, plan_gpu_mapping
+from orchestrator.model.platform import Platform
+from orchestrator.plan.build import default_tag
+from orchestrator.plan.run import plan_gpu_mapping
 
 
 class Diagnosis(BaseModel):
@@ -18,7 +29,7 @@ class Diagnosis(BaseModel):
 
     host: HostFacts
     dossier: str | None = None
-    platform: str | None = None
+    platform: Platform | None = None
     image: str | None = None
     compatibility: CompatVerdict | None = None
     gpu_mapping: str | None = None
@@ -26,13 +37,14 @@ class Diagnosis(BaseModel):
     reason: str | None = None
 
 
-def _dossier_cuda(loaded: LoadedDossier) -> str | None:
-    """The CUDA the dossier's image will need when it is not built yet: the system version it declares."""
-    return loaded.model.system.version if loaded.model.system.platform == "cuda" else None
-
-
-def diagnose(engine: Engine, loaded: LoadedDossier | None) -> Diagnosis:
-    host = collect_host_facts(engine.info())
+def diagnose(
+    engine: Engine,
+    loaded: LoadedDossier | None,
+    *,
+    host_facts: Callable[[EngineInfo], HostFacts] | None = None,
+) -> Diagnosis:
+    """`host_facts` reads this machine (default: `collect_host_facts`, looked up at call time)."""
+    host = (host_facts or collect_host_facts)(engine.info())
     if loaded is None:
         return Diagnosis(host=host)
     platform = loaded.model.system.platform
@@ -49,27 +61,19 @@ def diagnose(engine: Engine, loaded: LoadedDossier | None) -> Diagnosis:
             can_run=True,
             reason="CPU platform: no GPU needed",
         )
-    if platform == "cuda":
-        cuda = (image.env.get("CUDA_VERSION") if image else None) or _dossier_cuda(loaded)
-        require = image.env.get("NVIDIA_REQUIRE_CUDA") if image else None
-        datacenter = any(gpu_datacenter(gpu.name) for gpu in (host.nvidia.gpus if host.nvidia else []))
-        verdict = cuda_verdict(
-            cuda,
-            parse_require_cuda(require) if require else None,
-            host.nvidia,
-            datacenter_gpu=datacenter,
-            cpu_variant=cpu_variant_of(loaded),
-        )
-        mapped = mapping.nvidia_gpus or bool(mapping.cdi_devices)
-    else:
-        verdict = rocm_verdict(
-            loaded.model.system.version, host.amd, host.kfd_present, cpu_variant=cpu_variant_of(loaded)
-        )
-        mapped = bool(mapping.devices)
-    ok = verdict.status in ("supported", "minor-version-compat") and mapped
+    # Before the image is built, the CUDA it will need is the one the dossier declares.
+    needs = image_needs(image.env, None) if image else ImageNeeds()
+    if needs.cuda is None and platform == "cuda":
+        needs = replace(needs, cuda=loaded.model.system.version)
+    if platform == "rocm":
+        needs = replace(needs, rocm=loaded.model.system.version)
+    verdict = compat_verdict(platform, host, needs, cpu_variant=cpu_variant_of(loaded))
+    mapped = gpu_mapped(platform, mapping)
+    fits = driver_fits(verdict)
+    ok = fits and mapped
     reason = (
         verdict.explanation
-        if verdict.status not in ("supported", "minor-version-compat")
+        if not fits
         else (None if mapped else f"the driver fits, but the daemon cannot map the GPU: {mapping.description}")
     )
     return Diagnosis(

@@ -6,17 +6,24 @@ check a whole plan from a dossier file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from orchestrator import __version__, vendor
+from orchestrator import __version__
 from orchestrator.dossier.coherence import ResolvedBaseImage
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.models import DeterminismSpec
+from orchestrator.model.build_record import CodeRef
+from orchestrator.model.platform import InstallMode, Platform
+from orchestrator.plan import specs
+from orchestrator.plan.run import inventory_spec
+from orchestrator.plan.specs import Network, RunSpec
+from orchestrator.redact import redact
 
-#: The unprivileged user the sample runs as inside every image.
-RUNTIME_UID = 10001
-LABEL_PREFIX = "io.orch"
+#: The unprivileged user the sample runs as inside every image (defined with the specs that use it).
+RUNTIME_UID = specs.RUNTIME_UID
+LABEL_PREFIX = specs.LABEL_PREFIX
 
 
 @dataclass(frozen=True)
@@ -24,11 +31,11 @@ class BuildPlan:
     name: str
     identity: str
     variant: str | None
-    platform: vendor.Platform
+    platform: Platform
     backend_version: str | None
     base: ResolvedBaseImage
     python_version: str
-    install_mode: str
+    install_mode: InstallMode
     #: pip options for online installs (index URLs hold no credentials: the dossier refuses them).
     pip_index_options: tuple[str, ...]
     #: True when the build context carries a CA bundle (`orch/ca-bundle.pem`) for the online install.
@@ -138,3 +145,98 @@ def with_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
 def with_stage_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
     """The plan with `extra` opening each stage (and so inherited by every layer the build creates)."""
     return replace(plan, stage_labels=tuple(sorted(extra.items())))
+
+
+# -- what `orch build` will do with the plan --------------------------------------------------------------
+
+CREATED_LABEL = "org.opencontainers.image.created"
+
+
+def default_tag(loaded: LoadedDossier) -> str:
+    """`orch/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag."""
+    return f"orch/{loaded.model.name}:{loaded.short_identity}"
+
+
+def default_build_network(plan: BuildPlan) -> Network:
+    """No network for a wheelhouse build that installs no OS package: the build is then hermetic.
+
+    apt needs the distribution's archive, so a build with OS packages (or a base whose Python comes from
+    apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse.
+    """
+    if plan.install_mode == "wheelhouse" and not (plan.builder_apt_packages or plan.runtime_apt_packages):
+        return "none"
+    return "default"
+
+
+def created_label(previous: Mapping[str, str] | None, identity: str, now: str) -> str:
+    """`created` is kept from an earlier image of the same identity under the same tag, so a warm rebuild
+    gives the same final layer and the cache hits all the way down; otherwise it is `now`."""
+    if previous is not None and previous.get(f"{LABEL_PREFIX}.dossier.identity") == identity:
+        return previous.get(CREATED_LABEL) or now
+    return now
+
+
+def build_labels(
+    loaded: LoadedDossier, code: CodeRef, *, created: str, base_id: str, base_repo_digests: Sequence[str] = ()
+) -> dict[str, str]:
+    """Labels that depend on this build, not on the dossier alone (those are in the Dockerfile)."""
+    labels = {
+        CREATED_LABEL: created,
+        "org.opencontainers.image.version": loaded.short_identity,
+        f"{LABEL_PREFIX}.base.id": base_id,
+    }
+    if code.revision:
+        labels["org.opencontainers.image.revision"] = code.revision
+    if code.kind == "git-url":
+        labels["org.opencontainers.image.source"] = code.source
+    if code.dirty_diff_sha256:
+        labels[f"{LABEL_PREFIX}.code.dirty-diff"] = code.dirty_diff_sha256
+    if base_repo_digests and not loaded.base_image.digest:
+        labels["org.opencontainers.image.base.digest"] = base_repo_digests[0].split("@", 1)[-1]
+    return {key: redact(value) for key, value in labels.items()}
+
+
+@dataclass(frozen=True)
+class BuildSteps:
+    """Everything `orch build` hands the engine, decided before the first engine call that changes anything."""
+
+    #: The plan with this build's labels merged in and the engine's labels opening each stage.
+    plan: BuildPlan
+    tag: str
+    network: Network
+    no_cache: bool
+    #: The folder the context is rendered into (Dockerfile, lock, app/, wheels/, orch/ca-bundle.pem).
+    context_dir: Path
+    ca_bundle: Path | None
+    #: The inventory probe, run in the built image (its `image` is a placeholder until the build is done).
+    inventory: RunSpec
+
+
+def make_build_steps(
+    loaded: LoadedDossier,
+    *,
+    out: Path,
+    code: CodeRef,
+    created: str,
+    base_id: str,
+    base_repo_digests: Sequence[str] = (),
+    engine_labels: Mapping[str, str] | None = None,
+    tag: str | None = None,
+    network: Network | None = None,
+    no_cache: bool = False,
+    ca_bundle: Path | None = None,
+    built_image: str = "<image built by this build>",
+) -> BuildSteps:
+    """The build, decided: every value comes in as an argument (the clock's `created`, the base's id)."""
+    plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
+    labels = build_labels(loaded, code, created=created, base_id=base_id, base_repo_digests=base_repo_digests)
+    plan = with_stage_labels(with_labels(plan, labels), engine_labels or {})
+    return BuildSteps(
+        plan=plan,
+        tag=tag or default_tag(loaded),
+        network=network or default_build_network(plan),
+        no_cache=no_cache,
+        context_dir=out / "context",
+        ca_bundle=ca_bundle,
+        inventory=inventory_spec(built_image),
+    )

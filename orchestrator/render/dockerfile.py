@@ -6,21 +6,13 @@ and a fixed environment make the same plan give byte-identical output.
 
 from __future__ import annotations
 
-import jinja2
-
 from orchestrator import __version__
-from orchestrator.errors import TemplateError
 from orchestrator.plan.build import BuildPlan
-from orchestrator.resources import jinja_environment, templates_root
+from orchestrator.resources import render_template, templates_root
 
 
 def render_dockerfile(plan: BuildPlan) -> str:
-    try:
-        text = (
-            jinja_environment(templates_root(), autoescape=False)
-            .get_template(plan.template)
-            .render(plan=plan, orch_version=__version__)
-        )
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"rendering {plan.template} failed: {exc}") from None
+    text = render_template(
+        templates_root(), plan.template, autoescape=False, trim=False, plan=plan, orch_version=__version__
+    )
     return text.rstrip("\n") + "\n"

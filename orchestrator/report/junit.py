@@ -24,7 +24,8 @@ import xml.etree.ElementTree as ET
 
 from orchestrator.model.checks import Check
 from orchestrator.model.report import Report, StageError, StageResult
-from orchestrator.report.view import clean, format_seconds, one_line, ordered_stages
+from orchestrator.report.view import format_seconds, ordered_stages
+from orchestrator.text import clean, one_line
 
 FIRST_ERROR_CASE = "first error"
 
@@ -112,9 +113,10 @@ def _stage_suite(parent: ET.Element, report: Report, stage: StageResult) -> ET.E
             case = _testcase(suite, classname, stage.name, 0.0)
             _fail(case, "the stage failed without recording an error", "stage", f"status: {stage.status}")
 
-    if stage.facts:
+    facts = stage.facts.recorded()
+    if facts:
         out = ET.SubElement(suite, "system-out")
-        out.text = clean(json.dumps(stage.facts, indent=2, ensure_ascii=False, default=str))
+        out.text = clean(json.dumps(facts, indent=2, ensure_ascii=False, default=str))
 
     testcases = suite.findall("testcase")
     suite.attrib.update(

@@ -1,52 +1,57 @@
 """What every rendering of a report shows the same way: stage order, statuses, durations, one-line
-summaries and flattened facts. Pure and deterministic, so Markdown, HTML and JUnit never disagree.
+summaries and flattened facts, and the `PageView` the HTML and Markdown templates both lay out. Pure
+and deterministic, so Markdown, HTML and JUnit never disagree.
 
-Nothing here escapes for a format: each renderer escapes for its own syntax. What happens here is
-only what no format can carry: control characters (invalid in XML, noise in a terminal) are made
-visible, and lone surrogates become U+FFFD so the text can always be written as UTF-8.
+Nothing here escapes for a format: HTML is autoescaped, Markdown goes through the `md` and `code`
+filters (both registered in orchestrator/resources.py), JUnit through ElementTree. What no format can
+carry (control characters, lone surrogates) is handled by orchestrator/text.py, which this module
+re-exports for its renderers.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.model.checks import Check
+from orchestrator.model.checks import first_failure
+from orchestrator.model.recorded import Recorded
 from orchestrator.model.report import STAGES, Report, StageName, StageResult
+from orchestrator.text import MAX_LINE_CHARS, clean, one_line
+
+# Complete, because `clean`, `one_line` and `MAX_LINE_CHARS` are re-exported: modules that read them from
+# here (compare) keep working; their home is orchestrator/text.py, where new code imports them from.
+__all__ = [
+    "MAX_FACT_CHARS",
+    "MAX_LINE_CHARS",
+    "MAX_LIST_ITEMS",
+    "STAGE_ORDER",
+    "STATUS_LABEL",
+    "CheckRow",
+    "PageView",
+    "StageView",
+    "checks_summary",
+    "clean",
+    "flatten_facts",
+    "format_duration",
+    "format_seconds",
+    "headline",
+    "one_line",
+    "ordered_stages",
+    "page_view",
+    "scalar_text",
+    "short_image_id",
+]
 
 #: A list longer than this shows its first items and a count of the rest.
 MAX_LIST_ITEMS = 8
 #: A fact string longer than this is cut, with a count; report.json keeps the whole value.
 MAX_FACT_CHARS = 300
-#: The one-line summary under a stage name (HTML card, Markdown summary table).
-MAX_LINE_CHARS = 200
-
 #: `STAGES`, typed as stage names: the order every rendering shows, whatever the order in `report.stages`.
 STAGE_ORDER: tuple[StageName, ...] = STAGES
 
 STATUS_LABEL = {"passed": "passed", "failed": "failed", "skipped": "skipped", "not_run": "not run"}
-
-# C0 controls except tab/newline/carriage return, DEL and C1 controls: invalid in XML 1.0 or HTML,
-# and escape sequences (ANSI colours from a log) would drive a terminal showing report.md.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-# Lone surrogates (from bytes decoded with surrogateescape) cannot be encoded as UTF-8 at all;
-# U+FFFE/U+FFFF are not XML characters.
-_UNENCODABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
-_WHITESPACE = re.compile(r"\s+")
-
-
-def clean(text: str) -> str:
-    """Text that every format can carry: control characters shown as `\\xNN`, never dropped silently."""
-    text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-    return _UNENCODABLE.sub("\ufffd", text)
-
-
-def one_line(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """Whitespace runs (newlines included) collapsed, cut at `limit` with an ellipsis."""
-    text = _WHITESPACE.sub(" ", clean(text)).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def ordered_stages(report: Report) -> list[StageResult]:
@@ -87,10 +92,6 @@ def checks_summary(stage: StageResult) -> str:
     return f"{held}/{len(stage.checks)} checks held"
 
 
-def first_failed_check(stage: StageResult) -> Check | None:
-    return next((check for check in stage.checks if not check.passed), None)
-
-
 def headline(stage: StageResult) -> tuple[str | None, str]:
     """The one line that says why a stage has its status: `(step, text)`; `step` is None when there is none.
 
@@ -100,7 +101,7 @@ def headline(stage: StageResult) -> tuple[str | None, str]:
     if stage.status == "failed":
         if stage.first_error is not None:
             return one_line(stage.first_error.step, 60), one_line(stage.first_error.message)
-        failed = first_failed_check(stage)
+        failed = first_failure(stage.checks)
         if failed is not None:
             return one_line(failed.name, 60), one_line(f"expected {failed.expected}, observed {failed.observed}")
         return None, "failed (no error recorded)"
@@ -128,13 +129,15 @@ def _is_scalar(value: Any) -> bool:
     return not isinstance(value, Mapping | list | tuple)
 
 
-def flatten_facts(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
+def flatten_facts(facts: Mapping[str, Any] | Recorded) -> list[tuple[str, str]]:
     """Nested facts as `(dotted.key, value)` rows, in the order the probe reported them.
 
     Dicts become dotted keys, lists of scalars one comma-separated value, lists of objects indexed
     keys (`gpus[0].name`); a list longer than `MAX_LIST_ITEMS` shows its head and `(+N more)`.
     """
     rows: list[tuple[str, str]] = []
+    if isinstance(facts, Recorded):
+        facts = facts.recorded()
     for key, value in facts.items():
         _flatten(clean(str(key)), value, rows)
     return rows
@@ -172,3 +175,108 @@ def short_image_id(image_id: str) -> str:
     """`sha256:` and 12 hex digits, as `docker images` shows it."""
     algorithm, _, digest = image_id.rpartition(":")
     return f"{algorithm}:{digest[:12]}" if algorithm else image_id[:12]
+
+
+# -- the view every template lays out -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    name: str
+    expected: str
+    observed: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class StageView:
+    name: str
+    status: str  # the JSON word, used as a CSS class
+    label: str  # the word a reader sees
+    duration: str
+    step: str | None  # the card's one line: `step: text`, or just `text`
+    line: str
+    checks_summary: str
+    reason: str | None
+    warnings: list[str]
+    first_warning: str | None  # the first warning on one line, for a summary table's cell
+    error_step: str | None
+    error_message: str | None
+    checks: list[CheckRow]
+    facts: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class PageView:
+    title: str
+    name: str
+    verdict: str
+    path: str
+    identity: str
+    short_identity: str
+    variant: str | None
+    platform: str
+    backend_version: str | None
+    image_ref: str | None
+    image_id: str | None
+    short_image_id: str | None
+    created: str
+    orch_version: str
+    format: str
+    stages: list[StageView]
+    notes: list[str]
+
+
+def _stage_view(stage: StageResult) -> StageView:
+    step, line = headline(stage)
+    error = stage.first_error if stage.status == "failed" else None
+    return StageView(
+        name=stage.name,
+        status=stage.status,
+        label=STATUS_LABEL[stage.status],
+        duration=format_duration(stage),
+        step=step,
+        line=line,
+        checks_summary=checks_summary(stage),
+        reason=clean(stage.reason) if stage.reason else None,
+        warnings=[clean(warning) for warning in stage.warnings],
+        first_warning=one_line(stage.warnings[0], 120) if stage.warnings else None,
+        error_step=clean(error.step) if error else None,
+        error_message=clean(error.message) if error else None,
+        checks=[
+            CheckRow(
+                name=clean(check.name),
+                expected=clean(check.expected),
+                observed=clean(check.observed),
+                passed=check.passed,
+                detail=clean(check.detail or ""),
+            )
+            for check in stage.checks
+        ],
+        facts=flatten_facts(stage.facts),
+    )
+
+
+def page_view(report: Report) -> PageView:
+    dossier, image = report.dossier, report.image
+    name = clean(dossier.name)
+    return PageView(
+        title=f"orch report: {name} — {report.verdict}",
+        name=name,
+        verdict=report.verdict,
+        path=clean(dossier.path),
+        identity=clean(dossier.identity),
+        short_identity=clean(dossier.identity[:12]),
+        variant=clean(dossier.variant) if dossier.variant else None,
+        platform=clean(dossier.platform),
+        backend_version=clean(dossier.backend_version) if dossier.backend_version else None,
+        image_ref=clean(image.ref) if image else None,
+        image_id=clean(image.id) if image else None,
+        short_image_id=clean(short_image_id(image.id)) if image else None,
+        created=clean(report.created),
+        orch_version=clean(report.orch_version),
+        format=report.format,
+        stages=[_stage_view(stage) for stage in ordered_stages(report)],
+        notes=[clean(note) for note in report.notes],
+    )

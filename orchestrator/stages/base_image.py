@@ -20,20 +20,35 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
 from orchestrator.redact import redact
+from orchestrator.timestamps import rfc3339_now
+from orchestrator.vendor import base_images
 
 REPOSITORY = "orch/debian-python"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SNAPSHOT_MIRROR = "http://snapshot.debian.org/archive/debian/{snapshot}"
-#: The suites orch knows the Python of (kept in step with data/base_images.json).
-SUITES = {"bookworm": "3.11", "trixie": "3.13"}
 DEFAULT_PACKAGES = ("ca-certificates", "python3", "python3-pip", "python3-venv")
 LABEL = "io.orch.base"
+
+
+def _suites() -> dict[str, str]:
+    """The suites orch can make a base of, with their Python: the `orch/debian-python:SUITE` rows of
+    data/base_images.json (the table every base-image decision reads), so the two cannot drift apart."""
+    prefix = f"{REPOSITORY}:"
+    return {
+        image.ref.removeprefix(prefix): image.python_versions[0]
+        for image in base_images()
+        if image.ref.startswith(prefix)
+    }
+
+
+#: Suite → the Python its apt provides, e.g. {"bookworm": "3.11", "trixie": "3.13"}.
+SUITES = _suites()
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,6 @@ def ensure_base_image(
         )
         if tar.returncode != 0:
             raise EnvironmentFailure(f"packing the root file system failed: {tar.stderr.strip()}")
-        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        created = rfc3339_now()
         image_id = engine.import_rootfs(tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version))
     return BaseOutcome(ref=recipe.ref, image_id=image_id, reused=False, log_path=log_path)

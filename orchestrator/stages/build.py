@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,9 +19,9 @@ from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine, ImageInfo, Network, RunSpec, describe_exit
-from orchestrator.engine.build_log import cache_stats, missing_pin, pin_not_found
-from orchestrator.errors import BadInput, EnvironmentFailure
+from orchestrator.engine import Engine, ImageInfo, Network
+from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
+from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.build_record import (
     BUILD_FORMAT,
@@ -34,17 +34,14 @@ from orchestrator.model.build_record import (
     ImageRef,
     WheelRef,
 )
-from orchestrator.model.checks import Check
-from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories, parse_inventory
-from orchestrator.plan.build import LABEL_PREFIX, BuildPlan, make_plan, with_labels, with_stage_labels
-from orchestrator.redact import redact
-from orchestrator.resources import probe_source
+from orchestrator.model.checks import Check, first_failure
+from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
+from orchestrator.plan.build import created_label, default_tag, make_build_steps
 from orchestrator.stages.build_context import context_tar
-from orchestrator.stages.code_source import inspect_code
+from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
-from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
-
-INVENTORY_TIMEOUT_S = 300
+from orchestrator.stages.inventory import run_inventory
+from orchestrator.timestamps import rfc3339
 
 
 @dataclass(frozen=True)
@@ -57,22 +54,6 @@ class BuildOptions:
     wheel_cache: Path | None = None
 
 
-def default_tag(loaded: LoadedDossier) -> str:
-    """`orch/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag."""
-    return f"orch/{loaded.model.name}:{loaded.short_identity}"
-
-
-def default_build_network(plan: BuildPlan) -> Network:
-    """No network for a wheelhouse build that installs no OS package: the build is then hermetic.
-
-    apt needs the distribution's archive, so a build with OS packages (or a base whose Python comes from
-    apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse.
-    """
-    if plan.install_mode == "wheelhouse" and not (plan.builder_apt_packages or plan.runtime_apt_packages):
-        return "none"
-    return "default"
-
-
 def ensure_base(engine: Engine, loaded: LoadedDossier) -> ImageInfo:
     ref = loaded.base_image.from_line
     image = engine.image(ref) or engine.pull(ref)
@@ -83,60 +64,6 @@ def ensure_base(engine: Engine, loaded: LoadedDossier) -> ImageInfo:
             hint="Rebuild the base with the recipe the dossier recorded, or load the exact image with `docker load`.",
         )
     return image
-
-
-def _build_labels(engine: Engine, loaded: LoadedDossier, tag: str, code: CodeRef, base: ImageInfo) -> dict[str, str]:
-    """Labels that depend on this build, not on the dossier alone (those are in the Dockerfile).
-
-    `created` is kept from an earlier image of the same identity under the same tag, so a warm rebuild
-    gives the same final layer and the cache hits all the way down.
-    """
-    previous = engine.image(tag)
-    created = None
-    if previous is not None and previous.labels.get(f"{LABEL_PREFIX}.dossier.identity") == loaded.identity:
-        created = previous.labels.get("org.opencontainers.image.created")
-    labels = {
-        "org.opencontainers.image.created": created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "org.opencontainers.image.version": loaded.short_identity,
-        f"{LABEL_PREFIX}.base.id": base.id,
-    }
-    if code.revision:
-        labels["org.opencontainers.image.revision"] = code.revision
-    if code.kind == "git-url":
-        labels["org.opencontainers.image.source"] = code.source
-    if code.dirty_diff_sha256:
-        labels[f"{LABEL_PREFIX}.code.dirty-diff"] = code.dirty_diff_sha256
-    if base.repo_digests and not loaded.base_image.digest:
-        labels["org.opencontainers.image.base.digest"] = base.repo_digests[0].split("@", 1)[-1]
-    return {key: redact(value) for key, value in labels.items()}
-
-
-def run_inventory(engine: Engine, image: str) -> tuple[Inventory | None, str | None]:
-    """The inventory probe in one container start; (inventory, None) or (None, first error)."""
-    spec = RunSpec(
-        image=image,
-        command=["python", "-I", "-c", probe_source("inventory.py")],
-        timeout_s=INVENTORY_TIMEOUT_S,
-        labels={f"{LABEL_PREFIX}.probe": "inventory"},
-    )
-    outcome = engine.run(spec)
-    if outcome.timed_out:
-        return None, f"the inventory probe did not finish within {INVENTORY_TIMEOUT_S}s"
-    last = last_line(outcome.stdout, limit=len(outcome.stdout) + 1)
-    if outcome.exit_code != 0 or last is None:
-        return None, "the inventory probe " + describe_exit(
-            outcome, spec, "the probe only runs pip and reads the image's files"
-        )
-    try:
-        document = parse_json(last.encode("utf-8", errors="replace"), "the inventory probe's output")
-        if not isinstance(document, dict):
-            raise UnsafeOutput("the inventory probe's output", "is not a JSON object")
-        return parse_inventory(document), None
-    except UnsafeOutput as exc:
-        return None, f"the inventory probe printed no JSON document: {exc}"
-    except (ValueError, TypeError, AttributeError) as exc:
-        # The probe runs in the image; a report of the wrong shape is a failure, not a traceback.
-        return None, f"the inventory probe printed a report not shaped as the probe's: {str(exc).splitlines()[0][:200]}"
 
 
 def _previous_inventory(path: Path, image_id: str) -> Inventory | None:
@@ -159,7 +86,9 @@ def run_build(
     *,
     on_line: Callable[[str], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> BuildRecord:
+    """Execute the build plan on `engine`: every value handed to it is decided by `plan.build.make_build_steps`."""
     stage = on_stage or (lambda _: None)
     durations: dict[str, float] = {}
     started = time.monotonic()
@@ -175,31 +104,32 @@ def run_build(
     stage("render")
     mark = time.monotonic()
     state = inspect_code(loaded)
-    code = CodeRef(
-        kind=state.kind,
-        source=state.source,
-        revision=state.revision,
-        dirty=state.dirty,
-        dirty_diff_sha256=state.diff_sha256,
-        variant=state.variant,
+    code = code_ref(state)
+    previous = engine.image(tag)
+    steps = make_build_steps(
+        loaded,
+        out=out,
+        code=code,
+        created=created_label(previous.labels if previous else None, loaded.identity, rfc3339(clock())),
+        base_id=base.id,
+        base_repo_digests=base.repo_digests,
+        engine_labels=engine.labels,
+        tag=tag,
+        network=options.network,
+        no_cache=options.no_cache,
+        ca_bundle=options.ca_bundle,
     )
-    plan = with_stage_labels(
-        with_labels(
-            make_plan(loaded, ca_bundle=options.ca_bundle is not None), _build_labels(engine, loaded, tag, code, base)
-        ),
-        engine.labels,
-    )
+    plan, network = steps.plan, steps.network
     rendered = write_context(
-        loaded, plan, out / "context", ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
+        loaded, plan, steps.context_dir, ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
     )
     durations["render"] = time.monotonic() - mark
-    network: Network = options.network or default_build_network(plan)
 
     stage("build")
     mark = time.monotonic()
     tar = context_tar(rendered.directory)
     with tar.file:
-        outcome = engine.build(tar.file, tag, network=network, no_cache=options.no_cache, on_line=on_line)
+        outcome = engine.build(tar.file, steps.tag, network=network, no_cache=steps.no_cache, on_line=on_line)
     durations["build"] = time.monotonic() - mark
     atomic_write_text(out / "build.log", outcome.log)
 
@@ -210,11 +140,11 @@ def run_build(
     checks: list[Check] = []
     failure: BuildFailure | None = None
     if outcome.image_id is None:
-        failure = BuildFailure(step=outcome.failed_step, first_error=outcome.first_error or "the build failed")
+        failure = build_failure(outcome.log, outcome.error)
     else:
         built = engine.image(tag)
         if built is None:
-            raise EnvironmentFailure(
+            raise ImageNotBuilt(
                 f"the image {tag} ({outcome.image_id}) was built, then removed by another user or process "
                 "(docker rmi or a prune on the shared engine) before orch could read it",
                 hint="Nothing is wrong with the dossier: run the build again.",
@@ -226,7 +156,7 @@ def run_build(
         inventory_source = "previous build.json of the same image id"
         probe_error = None
         if inventory is None:
-            inventory, probe_error = run_inventory(engine, built.id)
+            inventory, probe_error = run_inventory(engine, built.id, replace(steps.inventory, image=built.id))
             inventory_source = "inventory probe"
         durations["inventory"] = time.monotonic() - mark
         if inventory is None:
@@ -237,7 +167,7 @@ def run_build(
                 reference_lines = loaded.resolve(reference_file).read_text(encoding="utf-8").splitlines()
                 diff = diff_inventories(reference_lines, inventory.pip_freeze, reference_file)
             checks = image_checks(loaded, inventory, diff)
-            failed = next((check for check in checks if not check.passed), None)
+            failed = first_failure(checks)
             if failed is not None:
                 failure = BuildFailure(
                     step=f"image check: {failed.name}",
@@ -283,6 +213,17 @@ def run_build(
             )
             raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
+
+
+def code_ref(state: CodeState) -> CodeRef:
+    return CodeRef(
+        kind=state.kind,
+        source=state.source,
+        revision=state.revision,
+        dirty=state.dirty,
+        dirty_diff_sha256=state.diff_sha256,
+        variant=state.variant,
+    )
 
 
 def write_record(path: Path, record: BuildRecord) -> None:

@@ -29,6 +29,7 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_tree, file_sha256, tree_sha256, walk_tree
 from orchestrator.errors import BadInput, ToolMissing
 from orchestrator.redact import redact
+from orchestrator.untrusted import last_words
 
 CodeKind = Literal["folder", "git-worktree", "git-revision", "git-url"]
 
@@ -54,7 +55,7 @@ def git(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False, timeout=900)
     if check and result.returncode != 0:
         stderr = redact(result.stderr.decode(errors="replace").strip())
-        raise BadInput(f"git {args[0]} failed in {cwd}: {stderr.splitlines()[-1] if stderr else 'no output'}")
+        raise BadInput(f"git {args[0]} failed in {cwd}: {last_words(stderr)}")
     return result
 
 

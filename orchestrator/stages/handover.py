@@ -27,10 +27,8 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-
-from pydantic import BaseModel, ConfigDict
 
 from orchestrator import __version__
 from orchestrator.documents import read_document
@@ -38,38 +36,15 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
+from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
 from orchestrator.report.write import read_report
+from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
+from orchestrator.timestamps import rfc3339_now
 
-HANDOVER_FORMAT = "orch.handover/1"
 IMAGE_FILE = "image.tar.gz"
 SUMS_FILE = "SHA256SUMS"
 MANIFEST_FILE = "manifest.json"
-
-
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: str
-    sha256: str
-    size: int
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format: str = HANDOVER_FORMAT
-    orch_version: str
-    created: str
-    dossier_name: str
-    dossier_file: str  # inside dossier/
-    identity: str
-    variant: str | None
-    platform: str
-    image_id: str
-    image_tag: str
-    report_verdict: str
-    files: list[ManifestFile]
 
 
 def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
@@ -94,34 +69,32 @@ def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
     return loaded.path.name
 
 
+@dataclass(frozen=True)
+class Credential:
+    """One credential a dossier needs, by name: for a package index, or for a data set or weights file."""
+
+    variable: str
+    kind: str  # "index", "data" or "weights"
+    name: str
+    where: str
+
+
 def _access_md(loaded: LoadedDossier) -> str:
     model = loaded.model
-    rows: list[tuple[str, str, str]] = []
-    for index in model.python.indexes:
-        if index.access:
-            rows.append((index.access, f"package index {index.url}", "`user:token`; host side only (wheelhouse mode)"))
-    for kind, items in (("data", model.data), ("weights", model.weights)):
-        for item in items:
-            if item.access:
-                where = item.uri or item.path or ""
-                rows.append((item.access, f"{kind} `{item.name}` ({where})", "whatever the provider issues"))
-    lines = [
-        f"# Access: {model.name}",
-        "",
-        "Credentials are referenced by **name** only. Nothing in this folder — the image included — holds a",
-        "secret value. Provide each one as an environment variable on the host that runs orch:",
-        "",
+    credentials = [
+        Credential(variable=index.access, kind="index", name=index.url, where=index.url)
+        for index in model.python.indexes
+        if index.access
     ]
-    if not rows:
-        lines += [
-            "This dossier needs **no credentials**: every index, data set and weight file is public or local.",
-            "",
+    for kind, items in (("data", model.data), ("weights", model.weights)):
+        credentials += [
+            Credential(variable=item.access, kind=kind, name=item.name, where=item.uri or item.path or "")
+            for item in items
+            if item.access
         ]
-    else:
-        lines += ["| variable | grants access to | value |", "| --- | --- | --- |"]
-        lines += [f"| `{name}` | {what} | {value} |" for name, what, value in rows]
-        lines += ["", "Example: `export NAME='…'` before `orch rebuild`; never write the value into the dossier.", ""]
-    return "\n".join(lines)
+    return render_template(
+        handover_templates_root(), "ACCESS.md.j2", autoescape=False, name=model.name, credentials=credentials
+    )
 
 
 _FENCE = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -162,96 +135,47 @@ def _sample_run_by_hand(loaded: LoadedDossier, image_id: str) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class OutputCheck:
+    """What `orch probe` checks of one declared output, as PROCEDURE.md lists it."""
+
+    file: str
+    shape: str | None
+    dtype: str | None
+    finite: bool
+    ids_expected: str | None
+    metric: str | None
+    reference: str | None
+
+
 def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: str) -> str:
     model = loaded.model
-    variant = f" --variant {shlex.quote(loaded.variant)}" if loaded.variant else ""
-    dossier = shlex.quote(f"dossier/{dossier_file}")
-    checks = []
-    for output in model.expect.outputs:
-        parts = [f"`{output.file}`"]
-        if output.shape is not None:
-            parts.append(f"shape {['*' if d is None else d for d in output.shape]}")
-        if output.dtype:
-            parts.append(output.dtype)
-        if output.finite:
-            parts.append("no NaN/Inf")
-        if output.ids:
-            parts.append(f"ids in the order of `{output.ids.expected}`")
-        if output.compare:
-            parts.append(f"{output.compare.metric} against `{output.compare.reference}`")
-        checks.append("- " + ", ".join(parts))
-    return "\n".join(
-        [
-            f"# Procedure: {model.name}",
-            "",
-            f"Dossier identity `{loaded.identity}`{f', variant `{loaded.variant}`' if loaded.variant else ''}; "
-            f"image `{tag}` (`{image_id}`).",
-            "",
-            "Run every block below from this folder, in order (they are tested that way). Nothing is written",
-            "into this folder — a file added to it makes `orch verify .` fail — so every output goes under the",
-            "folder named by `WORK`: set it first, or let the first block make a fresh one.",
-            "",
-            "```sh",
-            'WORK="${WORK:-$(mktemp -d)}"    # every output goes here, outside the hand-over folder',
-            'echo "outputs go to $WORK"',
-            "```",
-            "",
-            "## 0. Check the folder",
-            "",
-            "```sh",
-            "sha256sum --check --quiet --strict SHA256SUMS",
-            "```",
-            "",
-            "## 1. Load the image — or rebuild it from the dossier",
-            "",
-            "```sh",
-            f"docker load -i {IMAGE_FILE}",
-            f"test \"$(docker image inspect --format '{{{{.Id}}}}' {tag})\" = {image_id}",
-            "```",
-            "",
-            f"`docker load` restores the tag `{tag}`, moving it if it names another image on this machine;",
-            "`orch verify` (last step) instead checks the tarball's own manifest first and loads it with no tag.",
-            "To rebuild instead (a fresh image from the same dossier, never a copied environment):",
-            "",
-            "```sh",
-            f'orch rebuild {dossier}{variant} --out "$WORK/rebuilt"',
-            "```",
-            "",
-            "## 2. Diagnose the host",
-            "",
-            "```sh",
-            f"orch doctor {dossier}{variant}",
-            "```",
-            "",
-            "## 3. Run the sample",
-            "",
-            "```sh",
-            f'orch probe {dossier}{variant} --image {image_id} --out "$WORK/probe-out"',
-            "```",
-            "",
-            "By hand, with the mounts, environment and isolation orch uses (inputs under `/orch/input/<path>`,",
-            "data under `/orch/data/<name>`, weights under `/orch/weights/<name>`, all read-only; the output",
-            "folder `/orch/output` writable). orch also mounts its determinism settings, which this omits:",
-            "",
-            "```sh",
-            *_sample_run_by_hand(loaded, image_id),
-            "```",
-            "",
-            "## 4. Re-read the output",
-            "",
-            "`orch probe` re-reads the output folder on the host and checks, per output:",
-            "",
-            *checks,
-            "",
-            'Its report (`"$WORK/probe-out/report.html"`) shows each layer — image, host, device, sample — on its own.',
-            "",
-            "## All of it, with a comparison against the shipped report",
-            "",
-            "```sh",
-            'orch verify . --out "$WORK/verify-out"',
-            "```",
-            "",
-        ]
+    outputs = [
+        OutputCheck(
+            file=output.file,
+            shape=str(["*" if d is None else d for d in output.shape]) if output.shape is not None else None,
+            dtype=output.dtype or None,
+            finite=bool(output.finite),
+            ids_expected=output.ids.expected if output.ids else None,
+            metric=output.compare.metric if output.compare else None,
+            reference=output.compare.reference if output.compare else None,
+        )
+        for output in model.expect.outputs
+    ]
+    return render_template(
+        handover_templates_root(),
+        "PROCEDURE.md.j2",
+        autoescape=False,
+        name=model.name,
+        identity=loaded.identity,
+        variant=loaded.variant,
+        variant_option=f" --variant {shlex.quote(loaded.variant)}" if loaded.variant else "",
+        dossier=shlex.quote(f"dossier/{dossier_file}"),
+        tag=tag,
+        image_id=image_id,
+        image_file=IMAGE_FILE,
+        sample_run=_sample_run_by_hand(loaded, image_id),
+        outputs=outputs,
     )
 
 
@@ -323,7 +247,7 @@ def write_handover(
         entries = _sums(staging)
         manifest = Manifest(
             orch_version=__version__,
-            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            created=rfc3339_now(),
             dossier_name=loaded.model.name,
             dossier_file=dossier_file,
             identity=loaded.identity,

@@ -23,7 +23,8 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BadInput, HandoverDamaged
-from orchestrator.stages.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, Manifest, read_manifest
+from orchestrator.model.manifest import Manifest
+from orchestrator.stages.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, read_manifest
 
 #: Bounds on the small text files read whole: far above any real hand-over, far below host trouble.
 MAX_SUMS_BYTES = 8 << 20

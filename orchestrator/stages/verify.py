@@ -27,15 +27,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.compare.layers import compare_layers
+from orchestrator.compare.read import Side
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.model.comparison import UNINTENDED
+from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
+from orchestrator.plan.build import default_tag
 from orchestrator.report.write import read_report, write_report
-from orchestrator.stages.build import default_tag
-from orchestrator.stages.handover import IMAGE_FILE, Manifest
+from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.stages.probe import ProbeOptions, run_probe
@@ -199,22 +203,39 @@ def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
     return LoadedImage(reference, own)
 
 
-def compare_layers(shipped: Report, replayed: Report) -> list[LayerVerdict]:
-    layers = []
+def judge_replay(
+    folder: Path, shipped: Report, replayed: Report
+) -> tuple[list[LayerVerdict], list[tuple[str, str, str]]]:
+    """Each layer of the replay against the shipped report, by `orch compare`'s own rows (`compare_layers`).
+
+    A layer is reproduced when its status is the same and none of its numbers regressed or changed; the
+    numbers that differ (also within tolerance) are listed. `orch compare shipped replayed` judges the
+    same rows, so the two can never disagree about a layer.
+    """
+    layers = compare_layers(
+        Side(path=folder / SHIPPED_REPORT, report=shipped), Side(path=folder / "replayed", report=replayed)
+    )
+    broken_numbers = {row.stage for row in layers.numbers if row.verdict in UNINTENDED}
+    status = {row.stage: row for row in layers.stages}
+    verdicts = []
     for name in STAGES:
-        a, b = shipped.stage(name).status, replayed.stage(name).status
-        layers.append(LayerVerdict(stage=name, shipped=a, replayed=b, verdict="reproduced" if a == b else "differs"))
-    return layers
-
-
-def number_differences(shipped: Report, replayed: Report) -> list[tuple[str, str, str]]:
-    out = []
-    for name in ("device", "sample"):
-        before = {check.name: check.observed for check in shipped.stage(name).checks}
-        for check in replayed.stage(name).checks:
-            if check.name in before and before[check.name] != check.observed:
-                out.append((check.name, before[check.name], check.observed))
-    return out
+        a, b = shipped.stages.get(name), replayed.stages.get(name)
+        row = status.get(name)
+        same = row is not None and row.verdict == "same" and name not in broken_numbers
+        verdicts.append(
+            LayerVerdict(
+                stage=name,
+                shipped=a.status if a else "not recorded",
+                replayed=b.status if b else "not recorded",
+                verdict="reproduced" if same else "differs",
+            )
+        )
+    numbers = [
+        (row.name, row.a_observed or "not checked", row.b_observed or "not checked")
+        for row in layers.numbers
+        if row.a_observed != row.b_observed
+    ]
+    return verdicts, numbers
 
 
 def verify_handover(
@@ -239,13 +260,13 @@ def verify_handover(
         on_stage=on_stage,
     )
     paths = write_report(report, out)
-    layers = compare_layers(checked.shipped, report)
+    layers, numbers = judge_replay(checked.folder, checked.shipped, report)
     reproduced = all(layer.verdict == "reproduced" for layer in layers) and report.verdict == checked.shipped.verdict
     return VerifyResult(
         manifest=manifest,
         report=report,
         layers=layers,
-        number_differences=number_differences(checked.shipped, report),
+        number_differences=numbers,
         reproduced=reproduced,
         report_paths=paths,
         image=image,

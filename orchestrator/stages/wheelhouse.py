@@ -27,17 +27,13 @@ from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
 from orchestrator.engine.build_log import first_error, missing_pin, pin_not_found
-from orchestrator.errors import BadInput, EnvironmentFailure
+from orchestrator.errors import BadInput, WheelhouseError
 from orchestrator.redact import redact
 
 # pip's legacy manylinux names and the glibc minor they stand for (PEP 600, "legacy manylinux tags").
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-class WheelhouseError(EnvironmentFailure):
-    code = "wheelhouse"
 
 
 @dataclass(frozen=True)
@@ -223,13 +219,15 @@ def collect_wheels(
     find_links: Sequence[str] = (),
     cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    run: Runner = subprocess.run,
+    run: Runner | None = None,
     lock_file: str | None = None,
 ) -> list[Wheel]:
     """Put one verified wheel per applicable lock line into `dest`, downloading only what the cache lacks.
 
-    `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
+    `run` runs `pip download` (default: `subprocess.run`, looked up at call time, so that the unit tests'
+    tripwire on it holds); `lock_file` (as the dossier names it) is only used to say where a wrong pin is.
     """
+    run = run or subprocess.run
     if not lock.fully_hashed:
         raise BadInput("wheelhouse mode needs a lock with --hash on every line")
     cache = cache or default_cache_dir()

@@ -58,7 +58,8 @@ def _handler(state: IndexState) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":  # uv asks HEAD first (range requests for a wheel's METADATA)
+                self.wfile.write(body)
 
         def do_GET(self) -> None:
             state.paths.append(self.path)
@@ -82,6 +83,8 @@ def _handler(state: IndexState) -> type[BaseHTTPRequestHandler]:
                 self._send(state.files[parts[1]].read_bytes(), "application/octet-stream")
             else:
                 self.send_error(404)
+
+        do_HEAD = do_GET
 
     return Handler
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine import Engine, connect
+from orchestrator.engine.build_log import build_failure
 from orchestrator.errors import EngineUnavailable
 from orchestrator.stages.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
 from orchestrator.stages.build_context import context_tar
@@ -61,9 +62,10 @@ def test_a_failing_build_names_the_step_and_first_error(
     tar = context_tar(tmp_path)
     with tar.file:
         outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/failing:latest", network="none")
-    assert outcome.image_id is None
-    assert outcome.failed_step == "RUN python3 -c 'import no_such_module'"
-    assert outcome.first_error is not None and "ModuleNotFoundError" in outcome.first_error
+    assert outcome.image_id is None and outcome.error is not None, "the engine's own words come back"
+    failure = build_failure(outcome.log, outcome.error)
+    assert failure.step == "RUN python3 -c 'import no_such_module'"
+    assert "ModuleNotFoundError" in failure.first_error
     assert "Step 5/5" not in outcome.log, "the build stops at the failing step"
 
 

@@ -62,7 +62,7 @@ def test_cpu_example_passes_all_four_stages(cpu_report: tuple[Path, subprocess.C
     assert sample["input sample/sample.jsonl fingerprint"].passed
     device = {check.name: check for check in report.stage("device").checks}
     assert device["matmul on cpu matches float64"].passed and device["torch is a CPU build"].passed
-    determinism = report.stage("sample").facts["determinism"]
+    determinism = report.stage("sample").facts.recorded()["determinism"]
     assert determinism["deterministic_algorithms"] is True and determinism["tf32_matmul"] is False
     # The output the sample stage judged is the one the container wrote, kept in the run's folder; its
     # bytes are not compared with the reference's (another CPU's kernels give other last bits).
@@ -81,17 +81,17 @@ def test_the_rebuild_report_is_honest_about_time_inventory_and_cpu(
     image = report.stage("image")
     build_s = json.loads((out / "build.json").read_text())["durations_s"]["total"]
     assert image.duration_s >= build_s > 0, "the image stage of orch rebuild counts the build it made"
-    assert image.facts["build_seconds"] == build_s
+    assert image.facts.recorded()["build_seconds"] == build_s
     # The example has no reference inventory: said in every format and on the console, not silently passed.
     assert image.warnings and "python.reference_inventory" in image.warnings[0]
     assert "⚠️ **Warning:** no reference inventory" in (out / "report.md").read_text()
     assert 'class="warning"' in (out / "report.html").read_text()
     assert "warning (image): no reference inventory" in result.stdout
-    cpu = report.stage("host").facts["cpu"]
+    cpu = report.stage("host").facts.recorded()["cpu"]
     assert cpu["logical_cpus"] >= 1 and "sse4_2" in cpu["isa_flags"]
-    capability = report.stage("device").facts["cpu_capability"]
+    capability = report.stage("device").facts.recorded()["cpu_capability"]
     assert capability in ("DEFAULT", "AVX2", "AVX512"), "torch reports its CPU capability inside the image"
-    assert report.stage("sample").facts["determinism"]["cpu_capability"] == capability
+    assert report.stage("sample").facts.recorded()["determinism"]["cpu_capability"] == capability
 
 
 def test_cuda_dossier_on_a_cpu_machine_fails_at_device(
@@ -194,9 +194,12 @@ def test_wrong_weights_hash_fails_before_the_sample_runs(
     sample = report.stage("sample")
     assert sample.status == "failed" and sample.first_error is not None
     assert sample.first_error.step == "weights tiny fingerprint"
-    assert sample.facts["ran"] is False
+    assert sample.facts.recorded()["ran"] is False
     observed = file_sha256(tiny_example / "weights.bin")
-    assert sample.facts["fingerprints"]["weights tiny fingerprint"] == {"expected": "ab" * 32, "observed": observed}
+    assert sample.facts.recorded()["fingerprints"]["weights tiny fingerprint"] == {
+        "expected": "ab" * 32,
+        "observed": observed,
+    }
     assert "ab" * 32 in sample.first_error.message and observed in sample.first_error.message, "both in full"
     assert not (tmp_path / "sample.log").exists(), "the sample command never started"
 

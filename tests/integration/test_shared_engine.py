@@ -8,6 +8,7 @@ from pathlib import Path
 import docker
 
 from orchestrator.engine import Engine
+from orchestrator.engine.build_log import build_failure
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
 from tests.integration.foreign import ForeignBuildInProgress, ForeignObjects
@@ -24,7 +25,7 @@ def _failing_build(engine: Engine, base: str, folder: Path) -> None:
     tar = context_tar(folder)
     with tar.file:
         outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/fails:1", network="none")
-    assert outcome.image_id is None and outcome.failed_step == "RUN exit 3"
+    assert outcome.image_id is None and build_failure(outcome.log, outcome.error).step == "RUN exit 3"
 
 
 def test_every_layer_of_a_failed_build_is_labelled_and_only_the_session_s_are_removed(

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.engine import Engine, Mount, RunSpec
+from orchestrator.engine.build_log import build_failure
 from orchestrator.plan.build import RUNTIME_UID, make_plan, with_stage_labels
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
@@ -34,7 +35,7 @@ def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytes
     tar = context_tar(context.directory)
     with tar.file:
         outcome = engine.build(tar.file, TAG, network="none")
-    assert outcome.image_id is not None, f"build failed at {outcome.failed_step}: {outcome.first_error}"
+    assert outcome.image_id is not None, f"build failed: {build_failure(outcome.log, outcome.error)}"
     return outcome.image_id
 
 

@@ -131,4 +131,4 @@ def test_a_loud_hungry_sample_is_capped_and_killed_at_its_named_limit(
     assert "LAST-WORDS-BEFORE-ALLOCATING" in log, "the tail is kept"
     assert "bytes cut here; the container printed" in log
     assert len(log) < 17 << 20, "stdout kept within 16 MiB"
-    assert sample.facts["log_cut_bytes"]["stdout"] > 20 << 20
+    assert sample.facts.recorded()["log_cut_bytes"]["stdout"] > 20 << 20

@@ -11,7 +11,8 @@ from orchestrator.checks.arrays import ArrayFormatError, from_json_value, read_n
 from orchestrator.checks.sample import compare, sample_checks
 from orchestrator.dossier.load import load_dossier
 from orchestrator.dossier.models import AllCloseComparison, CosineComparison, ExactComparison, MaxAbsComparison
-from orchestrator.stages.probe import GpuMapping, device_checks
+from orchestrator.plan.run import GpuMapping
+from orchestrator.stages.device_stage import device_checks
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"

@@ -132,3 +132,15 @@ def test_missing_debootstrap_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ToolMissing, match="debootstrap is not installed") as caught:
         ensure_base_image(FakeEngine(), BaseRecipe())
     assert caught.value.hint == "apt-get install debootstrap"
+
+
+def test_suites_come_from_the_base_image_table() -> None:
+    """`orch base` knows exactly the suites data/base_images.json lists as orch/debian-python, with their Python."""
+    from orchestrator.stages.base_image import REPOSITORY, SUITES
+    from orchestrator.vendor import find_base_image
+
+    assert SUITES == {"bookworm": "3.11", "trixie": "3.13"}
+    for suite, python in SUITES.items():
+        row = find_base_image(f"{REPOSITORY}:{suite}")
+        assert row is not None and row.python_versions[0] == python
+        assert BaseRecipe(suite=suite).python == python

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from orchestrator.dossier.lock import parse_lock
-from orchestrator.engine.build_log import first_error, missing_pin
+from orchestrator.engine.build_log import build_failure, first_error, missing_pin
 from orchestrator.engine.docker_engine import DockerEngine
-from orchestrator.errors import BadInput, EnvironmentFailure
-from orchestrator.stages.wheelhouse import TargetPlatform, WheelhouseError, collect_wheels
+from orchestrator.errors import BadInput, EnvironmentFailure, WheelhouseError
+from orchestrator.stages.wheelhouse import TargetPlatform, collect_wheels
 
 # pip 26's output for a lock whose pins conflict (captured from `pip download -r` of two packaging pins).
 CONFLICT = """\
@@ -81,6 +81,13 @@ def _build(chunks: list[dict[str, Any]]) -> Any:
     return engine.build(io.BytesIO(b""), "orch/x:1", network="none")
 
 
+def _failure(chunks: list[dict[str, Any]]) -> Any:
+    """The adapter hands the log and the engine's error over; build_log reads why the build failed."""
+    outcome = _build(chunks)
+    assert outcome.image_id is None
+    return build_failure(outcome.log, outcome.error)
+
+
 def _step_chunks(output: str) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = [{"stream": "Step 5/9 : RUN pip install -r /orch/requirements.txt\n"}]
     chunks += [{"stream": line + "\n"} for line in output.splitlines()]
@@ -89,9 +96,9 @@ def _step_chunks(output: str) -> list[dict[str, Any]]:
 
 
 def test_a_pip_conflict_keeps_the_lines_that_say_what_conflicts() -> None:
-    outcome = _build(_step_chunks(CONFLICT))
-    assert outcome.image_id is None and outcome.failed_step == "RUN pip install -r /orch/requirements.txt"
-    error = outcome.first_error
+    failure = _failure(_step_chunks(CONFLICT))
+    assert failure.step == "RUN pip install -r /orch/requirements.txt"
+    error = failure.first_error
     assert error.startswith("ERROR: Cannot install")
     assert "The conflict is caused by: The user requested packaging==24.0; demo 1.0 depends on packaging==25.0" in error
     assert "hunter2" not in error and "****@idx.example" in error, "the explanation is redacted like every log line"
@@ -162,7 +169,7 @@ def test_an_image_removed_during_the_build_is_explained() -> None:
         {"stream": "Step 1/9 : FROM orch/debian-python:bookworm\n"},
         {"error": "No such image: sha256:5fddc36635431b2ac36bd2dc1a1f8e7c57e42d8f3c6f5a0b6d2b1c3d4e5f6a7b"},
     ]
-    error = _build(chunks).first_error
+    error = _failure(chunks).first_error
     assert "No such image: sha256:5fddc3663543" in error
     assert "removed by another user or process" in error and "run the build again" in error
 
@@ -246,7 +253,9 @@ def test_an_online_build_whose_pin_does_not_exist_is_bad_input(
     log = "Step 7/12 : RUN pip install -r /orch/requirements.txt\n" + NO_SUCH_VERSION.replace(
         "packaging==99.0", "numpy==9.9.9"
     )
-    outcome = BuildOutcome(image_id=None, log=log, failed_step="RUN pip install", first_error="ERROR: …")
+    outcome = BuildOutcome(
+        image_id=None, log=log, error="The command '/bin/sh -c pip install' returned a non-zero code: 1"
+    )
     with pytest.raises(BadInput) as caught:
         _run_build(tiny_example, monkeypatch, _BuildEngine(outcome), tmp_path)
     assert caught.value.exit_code == 2
@@ -260,8 +269,9 @@ def test_an_image_removed_right_after_its_build_is_explained(
     from orchestrator.engine import BuildOutcome
 
     outcome = BuildOutcome(image_id="sha256:" + "c" * 64, log="Step 1/1 : FROM x\n")
-    with pytest.raises(EnvironmentFailure, match="removed by another user or process"):
+    with pytest.raises(EnvironmentFailure, match="removed by another user or process") as caught:
         _run_build(tiny_example, monkeypatch, _BuildEngine(outcome, built=None), tmp_path)
+    assert caught.value.code == "image-not-built", "not base-image-missing: the base was there, the built image went"
 
 
 def test_a_pin_whose_hash_belongs_to_another_version_is_bad_input(tmp_path: Path) -> None:

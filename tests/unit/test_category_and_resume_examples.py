@@ -21,7 +21,7 @@ from orchestrator.checks.arrays import read_npy
 from orchestrator.checks.sample import sample_checks
 from orchestrator.dossier.load import file_sha256, load_dossier
 from orchestrator.model.checks import Check
-from orchestrator.stages.probe import verify_fingerprints
+from orchestrator.stages.sample_stage import verify_fingerprints
 from tests.paths import EXAMPLES
 
 CATEGORIES = EXAMPLES / "same-categories"

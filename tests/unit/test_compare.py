@@ -12,16 +12,12 @@ from rich.console import Console
 
 from orchestrator.cli.compare_view import print_compare
 from orchestrator.cli.main import main
-from orchestrator.compare.diff import (
-    Comparison,
-    Side,
-    compare_sides,
-    load_side,
-    render_compare_markdown,
-    resolve_variant,
-)
+from orchestrator.compare.read import Side, load_side, resolve_variant
+from orchestrator.compare.verdict import compare_sides
 from orchestrator.errors import BadInput
+from orchestrator.model.comparison import Comparison
 from orchestrator.model.inventory import PackageChange
+from orchestrator.report.compare_markdown import render_compare_markdown
 from tests.compare_sample import (
     CPU_FREEZE,
     Run,

@@ -15,6 +15,7 @@ from orchestrator.errors import DossierError
 from orchestrator.host.collect import collect_host_facts, parse_cpuinfo
 from orchestrator.model.host import HostFacts
 from tests.paths import GOLDEN
+from tests.probe_outputs import device_output
 from tests.unit.host_fakes import FakeRun
 
 # Two logical CPUs of a Sapphire Rapids-class Xeon, as /proc/cpuinfo lists them (flags trimmed).
@@ -79,14 +80,14 @@ def test_host_facts_carry_the_cpu(tmp_path: Path) -> None:
 
 
 def test_the_host_stage_reports_the_cpu(tiny_example: Path) -> None:
-    from orchestrator.stages.probe import host_stage
+    from orchestrator.stages.host_stage import host_stage
 
     cpu = parse_cpuinfo(CPUINFO)
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=cpu)
     image = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_digests=(), size=1)
     result, _, _ = host_stage(load_dossier(tiny_example / "dossier.yaml"), host, image, None)
-    assert result.facts["cpu"]["model"] == "Intel(R) Xeon(R) Platinum 8480+"
-    assert "avx512f" in result.facts["cpu"]["isa_flags"]
+    assert result.facts.recorded()["cpu"]["model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert "avx512f" in result.facts.recorded()["cpu"]["isa_flags"]
 
 
 class _DeviceEngine:
@@ -109,20 +110,21 @@ def _with_knobs(tiny_example: Path) -> Path:
 
 def test_the_device_stage_reports_torchs_cpu_capability_under_the_pinned_knobs(tiny_example: Path) -> None:
     from orchestrator.model.host import CompatVerdict
-    from orchestrator.stages.probe import GpuMapping, device_stage
+    from orchestrator.plan.run import GpuMapping, make_run_plan
+    from orchestrator.stages.device_stage import device_stage
 
-    found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX2"}
+    found = device_output(cpu_capability="AVX2")
     engine = _DeviceEngine(found)
     loaded = load_dossier(_with_knobs(tiny_example))
     image = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_digests=(), size=1)
     verdict = CompatVerdict(status="not-applicable", explanation="CPU")
-    result = device_stage(engine, loaded, image, verdict, GpuMapping())  # type: ignore[arg-type]
-    assert result.facts["cpu_capability"] == "AVX2"
+    result = device_stage(engine, loaded, make_run_plan(loaded, image.id, GpuMapping(), tiny_example / "out"), verdict)  # type: ignore[arg-type]
+    assert result.facts.recorded()["cpu_capability"] == "AVX2"
     assert engine.specs[0].environment["ATEN_CPU_CAPABILITY"] == "avx2", "the probe runs under the same knobs"
 
 
 def test_a_dossier_pins_the_cpu_knobs_and_the_sample_gets_them(tiny_example: Path) -> None:
-    from orchestrator.stages.probe import sample_environment
+    from orchestrator.plan.run import sample_environment
 
     loaded = load_dossier(_with_knobs(tiny_example))
     env = sample_environment(loaded)
@@ -172,7 +174,7 @@ def test_doctor_prints_the_cpu() -> None:
 
 
 def _side_with_cpu(flags: list[str], capability: str) -> Any:
-    from orchestrator.compare.diff import Side
+    from orchestrator.compare.read import Side
     from orchestrator.model.report import StageResult
     from tests.compare_sample import Run, make_report
 
@@ -182,14 +184,16 @@ def _side_with_cpu(flags: list[str], capability: str) -> Any:
     cpu = {"model": "Intel(R) Xeon(R)", "vendor": "GenuineIntel", "logical_cpus": 2, "isa_flags": flags}
     stages: dict[str, StageResult] = {
         **report.stages,
-        "host": host.model_copy(update={"facts": {**host.facts, "cpu": cpu}}),
-        "device": device.model_copy(update={"facts": {**device.facts, "cpu_capability": capability}}),
+        "host": StageResult.model_validate({**dict(host), "facts": {**host.facts.recorded(), "cpu": cpu}}),
+        "device": StageResult.model_validate(
+            {**dict(device), "facts": {**device.facts.recorded(), "cpu_capability": capability}}
+        ),
     }
     return Side(path=Path("/runs/x"), report=report.model_copy(update={"stages": stages}), record=None)
 
 
 def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
-    from orchestrator.compare.diff import compare_sides
+    from orchestrator.compare.verdict import compare_sides
 
     a = _side_with_cpu(["avx", "fma", "avx2"], "AVX2")
     b = _side_with_cpu(["avx", "fma", "avx2", "avx512f", "amx_tile"], "AVX512")
@@ -204,14 +208,14 @@ def test_compare_names_a_cpu_difference_as_a_host_difference() -> None:
 def test_host_mode_reports_the_cpu_and_torchs_capability() -> None:
     import subprocess
 
-    from orchestrator.stages.probe import run_host_mode
+    from orchestrator.pipeline.host_mode import run_host_mode
 
-    found = {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "cpu_capability": "AVX512"}
+    found = device_output(cpu_capability="AVX512")
 
     def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 0, json.dumps(found), "")
 
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None, cpu=parse_cpuinfo(CPUINFO))
     host_result, device = run_host_mode("cpu", None, "python3", host_facts=lambda: host, run=run)
-    assert "amx_tile" in host_result.facts["cpu"]["isa_flags"]
-    assert device.facts["cpu_capability"] == "AVX512"
+    assert "amx_tile" in host_result.facts.recorded()["cpu"]["isa_flags"]
+    assert device.facts.recorded()["cpu_capability"] == "AVX512"

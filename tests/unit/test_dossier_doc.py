@@ -11,7 +11,7 @@ from orchestrator import vendor
 from orchestrator.dossier.doc_sections import SAMPLE_MOUNTS
 from orchestrator.dossier.load import load_dossier
 from orchestrator.dossier.models import Artifact
-from orchestrator.stages.probe import sample_mounts
+from orchestrator.plan.run import sample_mounts
 from tests.paths import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,8 +27,8 @@ from orchestrator.cli.main import main
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo
 from orchestrator.errors import EnvironmentFailure, HandoverDamaged
+from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import ReportImage
-from orchestrator.stages.handover import Manifest
 from orchestrator.stages.handover_folder import safe_relative
 from orchestrator.stages.image_tar import inspect_image_tar, untagged_stream
 from orchestrator.stages.verify import check_handover, load_checked_image

@@ -18,8 +18,9 @@ from orchestrator.model.report import Report, ReportDossier, StageResult
 from orchestrator.report.html import render_html
 from orchestrator.report.markdown import render_markdown
 from orchestrator.stages.build import write_record
-from orchestrator.stages.probe import image_stage
+from orchestrator.stages.image_stage import image_stage
 from tests.compare_sample import CPU_FREEZE, Run, make_record
+from tests.probe_outputs import inventory_output
 
 FREEZE = list(CPU_FREEZE)
 
@@ -62,8 +63,8 @@ def test_the_image_stage_of_a_rebuild_includes_the_build_time(tiny_example: Path
     image = _setup(loaded, tmp_path, 112.0)
     result, _ = image_stage(_NoEngine(), loaded, image, tmp_path, built_in_this_run=True)  # type: ignore[arg-type]
     assert result.duration_s >= 112.0, "the build is the image stage's work when it ran in this run"
-    assert result.facts["build_seconds"] == 112.0
-    assert "this run" in result.facts["built"]
+    assert result.facts.recorded()["build_seconds"] == 112.0
+    assert "this run" in result.facts.recorded()["built"]
 
 
 def test_a_probe_of_an_earlier_build_says_where_the_build_time_went(tiny_example: Path, tmp_path: Path) -> None:
@@ -71,36 +72,27 @@ def test_a_probe_of_an_earlier_build_says_where_the_build_time_went(tiny_example
     image = _setup(loaded, tmp_path, 112.0)
     result, _ = image_stage(_NoEngine(), loaded, image, tmp_path)  # type: ignore[arg-type]
     assert result.duration_s < 112.0
-    assert result.facts["build_seconds"] == 112.0
-    assert "earlier" in result.facts["built"] and "build.json" in result.facts["built"]
+    assert result.facts.recorded()["build_seconds"] == 112.0
+    assert "earlier" in result.facts.recorded()["built"] and "build.json" in result.facts.recorded()["built"]
 
 
 def test_rebuild_tells_the_probe_that_the_image_was_built_in_this_run(
     tiny_example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import engine
-    from orchestrator.cli import probe_cmds, progress, summary
-    from orchestrator.stages import build, probe
+    from orchestrator.pipeline import rebuild
+    from orchestrator.stages.build import BuildOptions
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     run = Run(name=loaded.model.name, identity=loaded.identity, image_id="sha256:" + "d" * 64, freeze=tuple(FREEZE))
     seen: dict[str, Any] = {}
-
-    class _Closable:
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(engine, "connect", lambda *a: _Closable())
-    monkeypatch.setattr(build, "run_build", lambda *a, **k: make_record(run))
-    monkeypatch.setattr(summary, "print_build_summary", lambda *a: None)
-    monkeypatch.setattr(progress, "stage_progress", lambda *a, **k: _Progress())
+    monkeypatch.setattr(rebuild, "run_build", lambda *a, **k: make_record(run))
 
     def fake_probe(loaded: Any, engine: Any, options: Any, **kwargs: Any) -> Any:
         seen["options"] = options
         return "report"
 
-    monkeypatch.setattr(probe, "run_probe", fake_probe)
-    probe_cmds.run_rebuild(loaded, tmp_path, ca_bundle=None, no_cache=False, raise_on_failure=False)
+    monkeypatch.setattr(rebuild, "run_probe", fake_probe)
+    rebuild.rebuild(loaded, None, BuildOptions(out=tmp_path))  # type: ignore[arg-type]
     assert seen["options"].built_in_this_run is True
 
 
@@ -196,14 +188,10 @@ def test_a_probe_without_the_build_record_says_the_build_time_is_not_known(tiny_
         def run(self, spec: Any) -> Any:
             from orchestrator.engine import RunOutcome
 
-            document = {
-                "python": {"version": "3.11.2", "executable": "/opt/venv/bin/python", "libc": "glibc-2.36"},
-                "pip": {"freeze": FREEZE, "check_ok": True, "check_lines": []},
-                "os": {"release": {}, "package_manager": "dpkg", "packages": {}},
-                "backend": {"torch": {"version": "2.13.0+cpu", "cuda": None, "hip": None}, "env": {}},
-            }
+            document = inventory_output()
+            document["pip"].update(freeze=FREEZE, check_ok=True, check_lines=[])
             return RunOutcome(exit_code=0, stdout=json.dumps(document), stderr="", timed_out=False, duration_s=0.1)
 
     result, _ = image_stage(_InventoryEngine(), loaded, image, probe_out)  # type: ignore[arg-type]
-    assert "build_seconds" not in result.facts
-    assert "not known" in result.facts["built"]
+    assert "build_seconds" not in result.facts.recorded()
+    assert "not known" in result.facts.recorded()["built"]

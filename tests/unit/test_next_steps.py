@@ -83,7 +83,7 @@ def test_doctor_suggests_no_variant_a_dossier_does_not_declare(
 
 def test_the_probes_host_stage_gives_the_same_advice(tiny_example: Path) -> None:
     from orchestrator.engine import ImageInfo
-    from orchestrator.stages.probe import host_stage
+    from orchestrator.stages.host_stage import host_stage
 
     image = ImageInfo(
         id="sha256:" + "a" * 64, tags=(), labels={}, env={"CUDA_VERSION": "12.4.1"}, repo_digests=(), size=1

@@ -3,7 +3,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.dossier.load import load_dossier
-from orchestrator.plan.build import RUNTIME_UID, make_plan
+from orchestrator.model.build_record import CodeRef
+from orchestrator.model.host import HostFacts
+from orchestrator.plan.build import (
+    RUNTIME_UID,
+    created_label,
+    default_build_network,
+    default_tag,
+    make_build_steps,
+    make_plan,
+)
+from orchestrator.plan.run import GpuMapping, make_run_plan, plan_gpu_mapping
 from orchestrator.render.dockerfile import render_dockerfile
 from tests.paths import EXAMPLES
 
@@ -93,3 +103,87 @@ def test_rendering_is_deterministic() -> None:
     assert render_dockerfile(make_plan(loaded)) == render_dockerfile(
         make_plan(load_dossier(TINY / "dossier-rocm.yaml"))
     )
+
+
+# -- the build and run plans: pure, every host-dependent value passed in ----------------------------------------
+
+
+def _code() -> CodeRef:
+    return CodeRef(kind="folder", source="app", revision=None, dirty=False, dirty_diff_sha256=None, variant=None)
+
+
+def test_build_steps_take_created_and_the_base_id_as_given() -> None:
+    loaded = load_dossier(TINY / "dossier.yaml")
+    steps = make_build_steps(
+        loaded, out=Path("/o"), code=_code(), created="CREATED", base_id="sha256:base", engine_labels={"a.b": "c"}
+    )
+    labels = dict(steps.plan.labels)
+    assert labels["org.opencontainers.image.created"] == "CREATED"
+    assert labels["io.orch.base.id"] == "sha256:base"
+    assert dict(steps.plan.stage_labels) == {"a.b": "c"}
+    assert steps.tag == default_tag(loaded)
+    assert steps.network == "none", "a wheelhouse install with no OS package builds with no network"
+    assert steps.context_dir == Path("/o/context")
+    assert steps.inventory.labels == {"io.orch.probe": "inventory"} and steps.inventory.network is False
+
+
+def test_created_is_kept_only_from_an_image_of_the_same_identity() -> None:
+    same = {"io.orch.dossier.identity": "X", "org.opencontainers.image.created": "OLD"}
+    assert created_label(same, "X", "NOW") == "OLD"
+    assert created_label({**same, "io.orch.dossier.identity": "Y"}, "X", "NOW") == "NOW"
+    assert created_label(None, "X", "NOW") == "NOW"
+
+
+def test_a_wheelhouse_build_without_os_packages_has_no_network() -> None:
+    from dataclasses import replace
+
+    plan = make_plan(load_dossier(TINY / "dossier.yaml"))
+    hermetic = replace(plan, install_mode="wheelhouse", builder_apt_packages=(), runtime_apt_packages=())
+    assert default_build_network(hermetic) == "none"
+    assert default_build_network(replace(hermetic, install_mode="online")) == "default"
+
+
+def test_the_run_plan_maps_amd_gpus_into_the_device_probe_and_the_sample() -> None:
+    loaded = load_dossier(TINY / "dossier-rocm.yaml")
+    host = HostFacts(
+        kernel="k",
+        nvidia=None,
+        amd=None,
+        docker=None,
+        kfd_present=True,
+        dri_render_nodes=["/dev/dri/renderD128"],
+        video_gid=44,
+        render_gid=993,
+    )
+    plan = make_run_plan(loaded, "sha256:i", plan_gpu_mapping("rocm", host), Path("/o"))
+    for spec in (plan.device, plan.sample):
+        assert spec.image == "sha256:i"
+        assert list(spec.devices) == ["/dev/kfd", "/dev/dri/renderD128"] and list(spec.group_add) == ["44", "993"]
+    assert not plan.inventory.devices, "the inventory probe needs no GPU"
+    assert {m.target for m in plan.sample.mounts} >= {"/orch/output", "/orch/meta", "/orch/probe-site"}
+    assert plan.folders.output == Path("/o/sample-output")
+
+
+def test_an_nvidia_runtime_gives_a_device_request_and_none_gives_no_mapping() -> None:
+    from orchestrator.model.host import DockerGpuFacts
+
+    runtime = HostFacts(
+        kernel="k", nvidia=None, amd=None, docker=DockerGpuFacts(runtimes=["nvidia"], nvidia_runtime=True)
+    )
+    assert plan_gpu_mapping("cuda", runtime).nvidia_gpus
+    assert not plan_gpu_mapping("cuda", runtime.model_copy(update={"docker": None})).maps_nvidia
+    assert plan_gpu_mapping("cpu", runtime) == GpuMapping()
+
+
+def test_the_described_plan_names_the_build_step_the_probe_runs_in() -> None:
+    from orchestrator.pipeline.dry_run import planned_build, rebuild_plan
+    from orchestrator.plan.describe import BUILD_STEP, BUILT_IMAGE, render_calls
+
+    loaded = load_dossier(TINY / "dossier.yaml")
+    steps = planned_build(loaded, Path("/o"), code=_code(), engine_labels={})
+    host = HostFacts(kernel="k", nvidia=None, amd=None, docker=None)
+    calls = rebuild_plan(loaded, steps, host, {})
+    assert calls[BUILD_STEP - 1].title.startswith("build image")
+    text = render_calls(calls, {Path("/o"): "<out>"})
+    assert f"image: {BUILT_IMAGE}" in text and "/o/" not in text
+    assert "the daemon's GPU support is not known without an engine" in text

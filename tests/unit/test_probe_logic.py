@@ -3,7 +3,8 @@ from __future__ import annotations
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo
 from orchestrator.model.host import DockerGpuFacts, HostFacts, NvidiaDriverFacts, NvidiaGpu
-from orchestrator.stages.probe import host_stage, plan_gpu_mapping
+from orchestrator.plan.run import plan_gpu_mapping
+from orchestrator.stages.host_stage import host_stage
 from tests.paths import EXAMPLES
 
 TINY = EXAMPLES / "tiny-embeddings"

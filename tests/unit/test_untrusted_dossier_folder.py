@@ -297,7 +297,8 @@ def test_a_dossier_linked_from_inside_its_folder_loads(tiny_example: Path) -> No
 def test_probe_mounts_check_again_after_load(tiny_example: Path, secret: Path, tmp_path: Path) -> None:
     """A link swapped in after load is never mounted into the sample's container."""
     from orchestrator.errors import DossierError
-    from orchestrator.stages.probe import sample_mounts, verify_fingerprints
+    from orchestrator.plan.run import sample_mounts
+    from orchestrator.stages.sample_stage import verify_fingerprints
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     _link(tiny_example, "sample/sample.jsonl", secret)

@@ -26,8 +26,10 @@ from orchestrator.dossier.models import CosineComparison, LimitsSpec, MaxAbsComp
 from orchestrator.engine import ImageInfo, RunOutcome, RunSpec, describe_exit
 from orchestrator.model.checks import Check
 from orchestrator.model.host import CompatVerdict
-from orchestrator.stages.build import run_inventory
-from orchestrator.stages.probe import GpuMapping, device_stage, sample_stage
+from orchestrator.plan.run import GpuMapping, make_run_plan
+from orchestrator.stages.device_stage import device_stage
+from orchestrator.stages.inventory import run_inventory
+from orchestrator.stages.sample_stage import sample_stage
 from orchestrator.untrusted import (
     CappedStream,
     OutputMissing,
@@ -335,7 +337,9 @@ VERDICT = CompatVerdict(status="not-applicable", explanation="CPU")
 )
 def test_a_malformed_device_report_fails_the_stage_without_a_traceback(stdout: str) -> None:
     loaded = load_dossier(TINY / "dossier.yaml")
-    result = device_stage(_Runs(_outcome(stdout)), loaded, IMAGE, VERDICT, GpuMapping())  # type: ignore[arg-type]
+    result = device_stage(
+        _Runs(_outcome(stdout)), loaded, make_run_plan(loaded, IMAGE.id, GpuMapping(), Path("out")), VERDICT
+    )  # type: ignore[arg-type]
     assert result.status == "failed" and result.first_error is not None
     assert result.first_error.step == "device probe"
 
@@ -343,7 +347,7 @@ def test_a_malformed_device_report_fails_the_stage_without_a_traceback(stdout: s
 def test_an_oom_killed_device_probe_names_the_memory_limit() -> None:
     loaded = load_dossier(TINY / "dossier.yaml")
     engine = _Runs(_outcome(exit_code=137, oom=True))
-    result = device_stage(engine, loaded, IMAGE, VERDICT, GpuMapping())  # type: ignore[arg-type]
+    result = device_stage(engine, loaded, make_run_plan(loaded, IMAGE.id, GpuMapping(), Path("out")), VERDICT)  # type: ignore[arg-type]
     assert result.first_error is not None
     assert "killed at its memory limit of 4 GiB" in result.first_error.message
     assert engine.specs[0].mem_limit == "4g"
@@ -362,7 +366,7 @@ def test_a_malformed_inventory_report_is_an_error_not_a_traceback(stdout: str) -
 def test_an_oom_killed_sample_names_its_limit_and_the_dossier_field(tmp_path: Path) -> None:
     loaded = _with_limits(load_dossier(TINY / "dossier.yaml"), memory_mib=512)
     engine = _Runs(_outcome(exit_code=137, oom=True))
-    result = sample_stage(engine, loaded, IMAGE, GpuMapping(), tmp_path)  # type: ignore[arg-type]
+    result = sample_stage(engine, loaded, make_run_plan(loaded, IMAGE.id, GpuMapping(), tmp_path))  # type: ignore[arg-type]
     assert engine.specs[0].mem_limit == "512m"
     assert result.first_error is not None and result.first_error.message == (
         "the container was killed at its memory limit of 512 MiB (exit 137, out of memory); "
@@ -379,7 +383,7 @@ def test_a_linked_determinism_record_is_a_failed_check_and_leaks_nothing(tmp_pat
             _tiny_outputs(tmp_path / "sample-output")
             return super().run(spec)
 
-    result = sample_stage(LinksMeta(_outcome()), loaded, IMAGE, GpuMapping(), tmp_path)  # type: ignore[arg-type]
+    result = sample_stage(LinksMeta(_outcome()), loaded, make_run_plan(loaded, IMAGE.id, GpuMapping(), tmp_path))  # type: ignore[arg-type]
     assert result.status == "failed" and result.first_error is not None
     assert result.first_error.step == "determinism record"
     assert "sample-meta/determinism.json is a symbolic link" in result.first_error.message

@@ -137,7 +137,8 @@ def test_validate_drives_the_bar_with_every_byte_it_hashes(
 
 
 def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
-    from orchestrator.stages.probe import sample_stage, verify_fingerprints
+    from orchestrator.plan.run import GpuMapping, make_run_plan
+    from orchestrator.stages.sample_stage import sample_stage, verify_fingerprints
 
     dossier = _example(tmp_path, "same-categories")
     loaded = load_dossier(dossier)
@@ -149,9 +150,10 @@ def test_the_sample_stage_reports_both_hashes_in_full(tmp_path: Path) -> None:
     assert not check.passed
     assert check.expected == f"sha256 {declared}" and check.observed == f"sha256 {observed}"
     assert check.detail is not None and "differ from character" in check.detail
-    stage = sample_stage(None, loaded, None, None, tmp_path / "out")  # type: ignore[arg-type]  # stops before the engine
+    plan = make_run_plan(loaded, "sha256:unused", GpuMapping(), tmp_path / "out")
+    stage = sample_stage(None, loaded, plan)  # type: ignore[arg-type]  # stops before the engine
     assert stage.status == "failed"
-    facts = stage.facts["fingerprints"]["weights classifier fingerprint"]
+    facts = stage.facts.recorded()["fingerprints"]["weights classifier fingerprint"]
     assert facts == {"expected": declared, "observed": observed}
     error = stage.first_error
     assert error is not None and declared in error.message and observed in error.message

@@ -9,10 +9,9 @@ import pytest
 
 from orchestrator.dossier.lock import parse_lock
 from orchestrator.dossier.models import IndexSpec
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, WheelhouseError
 from orchestrator.stages.wheelhouse import (
     TargetPlatform,
-    WheelhouseError,
     collect_wheels,
     pip_index_environment,
 )
@@ -103,3 +102,10 @@ def test_pip_failure_is_reported_redacted(tmp_path: Path) -> None:
 def test_unhashed_locks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="--hash on every line"):
         collect_wheels(parse_lock("demo==1.0\n"), TargetPlatform("3.11", "2.36"), tmp_path, run=FakePip({}))
+
+
+def test_collect_without_a_runner_meets_the_unit_test_tripwire(tmp_path: Path) -> None:
+    """The default runner is looked up at call time: the tripwire on `subprocess.run` catches it."""
+    lock = parse_lock(f"demo==1.0 --hash=sha256:{'1' * 64}\n")
+    with pytest.raises(AssertionError, match="must not call"):
+        collect_wheels(lock, TargetPlatform("3.11", "2.36"), tmp_path / "ctx", cache=tmp_path / "cache", environ={})

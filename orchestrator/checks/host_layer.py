@@ -1,0 +1,135 @@
+"""The host layer's checks, written once: used by the probe's host stage, host mode and `orch doctor`.
+
+`checks/host.py` holds the verdict (can this driver run that CUDA/ROCm, in words); this module turns a
+host's facts and an image's needs into that verdict and into the host stage's checks. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.model.checks import Check
+from orchestrator.model.host import CompatVerdict, HostFacts
+from orchestrator.model.inventory import Inventory
+from orchestrator.model.platform import Platform
+from orchestrator.plan.run import GpuMapping
+
+#: Where orch looks for an NVIDIA driver, said in a failed check.
+NVIDIA_SOURCES = "NVML, nvidia-smi, /sys/module/nvidia/version, /proc/driver/nvidia/version"
+
+
+def driver_fits(verdict: CompatVerdict) -> bool:
+    """The one rule for "this host's driver can run the image": fully supported, or through minor-version compat."""
+    return verdict.status in ("supported", "minor-version-compat")
+
+
+def cpu_variant_of(loaded: LoadedDossier) -> str | None:
+    """The first variant the dossier declares for the CPU platform: the only CPU fallback orch may suggest."""
+    for variant in loaded.reference_model.variants:
+        if variant.system is not None and variant.system.platform == "cpu":
+            return variant.name
+    return None
+
+
+@dataclass(frozen=True)
+class ImageNeeds:
+    """What the image asks of the host's driver: its CUDA (toolkit or torch build), NVIDIA_REQUIRE_CUDA, its ROCm."""
+
+    cuda: str | None = None
+    require_cuda: str | None = None
+    rocm: str | None = None
+    cuda_compat_libs: bool = False
+
+
+def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNeeds:
+    """From the image's environment and its inventory (when the image stage read one)."""
+    backend = inventory.backend if inventory else None
+    hip_release = backend.torch_hip.split("-")[0] if backend and backend.torch_hip else None
+    return ImageNeeds(
+        cuda=env.get("CUDA_VERSION") or (backend.torch_cuda if backend else None),
+        require_cuda=env.get("NVIDIA_REQUIRE_CUDA"),
+        rocm=(backend.rocm if backend else None) or hip_release,
+        cuda_compat_libs=bool(backend and backend.cuda_compat_libs),
+    )
+
+
+def compat_verdict(platform: Platform, host: HostFacts, needs: ImageNeeds, *, cpu_variant: str | None) -> CompatVerdict:
+    """The host driver against the image's needs, for any platform."""
+    if platform == "cpu":
+        return CompatVerdict(status="not-applicable", explanation="CPU platform: no GPU driver is needed.")
+    if platform == "cuda":
+        gpus = host.nvidia.gpus if host.nvidia else []
+        return cuda_verdict(
+            needs.cuda,
+            parse_require_cuda(needs.require_cuda) if needs.require_cuda else None,
+            host.nvidia,
+            datacenter_gpu=any(gpu_datacenter(gpu.name) for gpu in gpus),
+            image_has_compat_libs=needs.cuda_compat_libs,
+            cpu_variant=cpu_variant,
+        )
+    return rocm_verdict(needs.rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant)
+
+
+def gpu_mapped(platform: Platform, mapping: GpuMapping) -> bool:
+    """Whether the daemon can hand the platform's GPU to a container."""
+    return mapping.maps_nvidia if platform == "cuda" else bool(mapping.devices) if platform == "rocm" else True
+
+
+def host_checks(
+    platform: Platform, host: HostFacts, needs: ImageNeeds, verdict: CompatVerdict | None, mapping: GpuMapping | None
+) -> list[Check]:
+    """The host stage's checks. `verdict` None: no version to compare the driver with (host mode without
+    --version); `mapping` None: no container will start (host mode), so no mapping check."""
+    if platform == "cpu":
+        return [Check(name="no accelerator needed", expected="CPU platform", observed="CPU platform", passed=True)]
+    checks: list[Check] = []
+    if platform == "cuda":
+        nvidia = host.nvidia
+        checks.append(
+            Check(
+                name="NVIDIA driver present",
+                expected="an NVIDIA kernel driver",
+                observed=f"{nvidia.driver_version} ({nvidia.source}), {len(nvidia.gpus)} GPU(s)"
+                if nvidia
+                else "no NVIDIA driver found",
+                passed=nvidia is not None,
+                detail=None if nvidia else f"looked at {NVIDIA_SOURCES}",
+            )
+        )
+        need, field = needs.cuda, "CUDA"
+    else:
+        amd = host.amd
+        checks.append(
+            Check(
+                name="AMD GPU driver present",
+                expected="amdgpu with KFD (/dev/kfd) and a GPU node",
+                observed=f"{len(amd.gpus)} GPU(s): {', '.join(g.gfx_target for g in amd.gpus)}"
+                if amd
+                else "no AMD GPU driver found",
+                passed=amd is not None and host.kfd_present,
+            )
+        )
+        need, field = needs.rocm, "ROCm"
+    if verdict is not None:
+        checks.append(
+            Check(
+                name=f"driver supports the image's {field}",
+                expected=f"{field} {need}" if need else f"the image's {field}",
+                observed=verdict.status,
+                passed=driver_fits(verdict),
+                detail=verdict.explanation,
+            )
+        )
+    if platform == "cuda" and mapping is not None:
+        checks.append(
+            Check(
+                name="daemon can map NVIDIA GPUs",
+                expected="nvidia runtime or NVIDIA CDI devices",
+                observed=mapping.description,
+                passed=mapping.maps_nvidia,
+            )
+        )
+    return checks

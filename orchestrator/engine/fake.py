@@ -1,0 +1,276 @@
+"""An in-memory engine for unit tests: every call recorded, every result scripted, no Docker anywhere.
+
+It behaves as the Docker adapter does where orch relies on it: a build makes an image whose id is the
+sha256 of its config (so `save` writes a `docker save` tarball that `orch verify` accepts, and `load`
+gives the same id back); a container "writes" its scripted files into the host folder mounted at the
+container path they name; containers and images carry the engine's labels.
+
+    engine = FakeEngine(runs={"sample": ScriptedRun(files={"/orch/output/x.npy": data})})
+    with engine:
+        record = run_build(loaded, engine, options)
+    assert engine.calls[0] == ("image", "orch/debian-python:bookworm")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING, Self
+
+from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, RunOutcome
+from orchestrator.errors import BaseImageMissing
+from orchestrator.plan.specs import Network, RunSpec
+
+PROBE_LABEL = "io.orch.probe"
+
+
+@dataclass(frozen=True)
+class ScriptedBuild:
+    """What the next build does: fail with the engine's `error` (after `log`), or make an image with `labels`."""
+
+    log: str = "Step 1/1 : FROM base\n"
+    #: The engine's own error; as the Docker adapter does, the fake ends the log with `ERROR: <error>`.
+    error: str | None = None
+    #: Labels of the built image besides those the build passed (the Dockerfile's LABEL instruction).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    size: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class ScriptedRun:
+    """What a container does: its exit, its output, and the files it writes (container path → bytes)."""
+
+    exit_code: int | None = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.01
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def image_config(labels: Mapping[str, str], env: Mapping[str, str]) -> bytes:
+    """A minimal image config; its sha256 is the image id, as for a real image."""
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Labels": dict(labels), "Env": [f"{k}={v}" for k, v in env.items()], "Cmd": ["true"]},
+        "rootfs": {"type": "layers", "diff_ids": []},
+    }
+    return json.dumps(config, sort_keys=True).encode()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def final_stage_labels(context_tar: IO[bytes]) -> dict[str, str]:
+    """The labels the Dockerfile in a build context gives its final image (LABEL after the last FROM)."""
+    with tarfile.open(fileobj=context_tar, mode="r:*") as tar:
+        member = tar.extractfile("Dockerfile")
+        text = member.read().decode() if member is not None else ""
+    labels: dict[str, str] = {}
+    for line in text.replace("\\\n", " ").splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word.upper() == "FROM":
+            labels = {}
+        elif word.upper() == "LABEL":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                labels[key] = value
+    return labels
+
+
+class FakeEngine:
+    """Scripted by probe label (`inventory`, `device`, `sample`): `runs[label]` is one run or a list, used in turn."""
+
+    def __init__(
+        self,
+        *,
+        images: Iterable[ImageInfo] = (),
+        builds: Sequence[ScriptedBuild] = (ScriptedBuild(),),
+        runs: Mapping[str, ScriptedRun | Sequence[ScriptedRun]] | None = None,
+        info: EngineInfo | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        self._images: dict[str, ImageInfo] = {}
+        self._configs: dict[str, bytes] = {}
+        for image in images:
+            self.add_image(image)
+        self._builds = list(builds)
+        self._runs = {
+            key: [value] if isinstance(value, ScriptedRun) else list(value) for key, value in (runs or {}).items()
+        }
+        self._info = info or EngineInfo(
+            endpoint="fake://", server_version="0", api_version="0", os="linux", runtimes=("runc",), cdi_spec_dirs=()
+        )
+        self._labels = dict(labels or {})
+        #: Every call, in order: (method, main argument, …).
+        self.calls: list[tuple[str, ...]] = []
+        #: Every container spec `run` received, in order.
+        self.specs: list[RunSpec] = []
+        #: The build labels and network of each build, in order.
+        self.builds: list[tuple[str, Network, dict[str, str]]] = []
+        self.closed = False
+
+    # -- scripting helpers ---------------------------------------------------------------------------
+
+    def add_image(self, image: ImageInfo, *tags: str) -> None:
+        for ref in {image.id, *image.tags, *tags}:
+            self._images[ref] = image
+
+    def _make_image(
+        self, labels: Mapping[str, str], env: Mapping[str, str], tags: Sequence[str], size: int
+    ) -> ImageInfo:
+        config = image_config(labels, env)
+        image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+        image = ImageInfo(id=image_id, tags=tuple(tags), labels=dict(labels), env=dict(env), repo_digests=(), size=size)
+        self._configs[image_id] = config
+        self.add_image(image)
+        return image
+
+    # -- the Engine protocol ---------------------------------------------------------------------------
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self._labels
+
+    def info(self) -> EngineInfo:
+        self.calls.append(("info",))
+        return self._info
+
+    def image(self, ref: str) -> ImageInfo | None:
+        self.calls.append(("image", ref))
+        return self._images.get(ref)
+
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str:
+        self.calls.append(("import_rootfs", f"{repository}:{tag}"))
+        return self._make_image({}, {}, [f"{repository}:{tag}"], tar_path.stat().st_size).id
+
+    def pull(self, ref: str) -> ImageInfo:
+        self.calls.append(("pull", ref))
+        raise BaseImageMissing(f"the fake engine pulls nothing: {ref} is not among its images")
+
+    def build(
+        self,
+        context_tar: IO[bytes],
+        tag: str,
+        *,
+        network: Network,
+        labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
+        on_line: Callable[[str], None] | None = None,
+    ) -> BuildOutcome:
+        self.calls.append(("build", tag))
+        dockerfile_labels = final_stage_labels(context_tar)
+        script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
+        self.builds.append((tag, network, dict(labels or {})))
+        for line in script.log.splitlines():
+            if on_line is not None:
+                on_line(line)
+        if script.error is not None:
+            return BuildOutcome(None, f"{script.log}ERROR: {script.error}\n", script.error)
+        image_labels = {**dockerfile_labels, **script.labels, **(labels or {})}
+        image = self._make_image(image_labels, script.env, [tag], script.size)
+        return BuildOutcome(image.id, script.log)
+
+    def run(self, spec: RunSpec) -> RunOutcome:
+        probe = spec.labels.get(PROBE_LABEL, "")
+        self.calls.append(("run", probe, spec.image))
+        self.specs.append(spec)
+        queue = self._runs.get(probe)
+        if not queue:
+            raise AssertionError(f"the fake engine has no scripted run for the {probe or 'unlabelled'} container")
+        script = queue.pop(0) if len(queue) > 1 else queue[0]
+        for path, data in script.files.items():
+            self._write(spec, path, data)
+        return RunOutcome(
+            exit_code=script.exit_code,
+            stdout=script.stdout,
+            stderr=script.stderr,
+            timed_out=script.timed_out,
+            duration_s=script.duration_s,
+            oom_killed=script.oom_killed,
+        )
+
+    @staticmethod
+    def _write(spec: RunSpec, path: str, data: bytes) -> None:
+        """Into the host folder of the writable mount that holds `path`, as a bind mount would."""
+        target = PurePosixPath(path)
+        for mount in spec.mounts:
+            if not mount.read_only and target.is_relative_to(mount.target):
+                dest = mount.source / target.relative_to(mount.target)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+                return
+        raise AssertionError(f"{path} is not under a writable mount of the {spec.labels.get(PROBE_LABEL)} container")
+
+    def remove_image(self, ref: str) -> None:
+        self.calls.append(("remove_image", ref))
+        image = self._images.pop(ref, None)
+        if image is not None:
+            for key in [k for k, v in self._images.items() if v.id == image.id and k in image.tags]:
+                del self._images[key]
+
+    def history(self, ref: str) -> list[str]:
+        self.calls.append(("history", ref))
+        return []
+
+    def save(self, ref: str, dest: IO[bytes]) -> None:
+        """A `docker save` tarball (legacy layout) of the image `ref` names."""
+        self.calls.append(("save", ref))
+        image = self._images[ref]
+        config = self._configs[image.id]
+        digest = image.id.removeprefix("sha256:")
+        with tarfile.open(fileobj=dest, mode="w|") as tar:
+            _add(tar, f"{digest}.json", config)
+            _add(tar, "0a1b2c/layer.tar", b"\0" * 1024)
+            manifest = [{"Config": f"{digest}.json", "RepoTags": [ref], "Layers": ["0a1b2c/layer.tar"]}]
+            _add(tar, "manifest.json", json.dumps(manifest).encode())
+
+    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]:
+        self.calls.append(("load",))
+        data = source.read() if hasattr(source, "read") else b"".join(source)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+            loaded = []
+            for entry in manifest:
+                config = tar.extractfile(entry["Config"]).read()  # type: ignore[union-attr]
+                document = json.loads(config)
+                labels = document["config"].get("Labels") or {}
+                env = dict(item.split("=", 1) for item in document["config"].get("Env") or [])
+                image = self._make_image(labels, env, entry.get("RepoTags") or [], len(data))
+                if image.id != "sha256:" + hashlib.sha256(config).hexdigest():
+                    raise AssertionError("a loaded image's id is the sha256 of its config")
+                loaded.append(image.id)
+        return loaded
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.calls.append(("tag", image_id, f"{repository}:{tag}"))
+        self._images[f"{repository}:{tag}"] = self._images[image_id]
+
+    def containers(self, label: str) -> list[str]:
+        self.calls.append(("containers", label))
+        return []  # every fake container is removed as soon as it stops
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+if TYPE_CHECKING:  # mypy proves the fake implements the whole protocol, as the Docker adapter does
+    _engine: Engine = FakeEngine()

@@ -1,0 +1,187 @@
+"""The run plan: every container a probe starts, decided before the first one starts.
+
+Pure: the GPU mapping comes from `HostFacts` passed in, the image from the caller. One `RunSpec` per
+container — inventory, device, sample — with its image, command, mounts, environment, limits, network
+and labels. The probe stages execute these specs; `--dry-run` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.dossier.load import LoadedDossier
+from orchestrator.model.host import HostFacts
+from orchestrator.model.platform import Platform
+from orchestrator.plan.specs import LABEL_PREFIX, Mount, RunSpec
+from orchestrator.resources import probe_source
+
+INVENTORY_TIMEOUT_S = 300
+DEVICE_PROBE_TIMEOUT_S = 600
+PROBE_LABEL = f"{LABEL_PREFIX}.probe"
+
+
+@dataclass(frozen=True)
+class GpuMapping:
+    """How the device probe and the sample get the host's GPUs."""
+
+    nvidia_gpus: bool = False
+    cdi_devices: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+    description: str = "none (CPU platform)"
+
+    @property
+    def maps_nvidia(self) -> bool:
+        return self.nvidia_gpus or bool(self.cdi_devices)
+
+
+def plan_gpu_mapping(platform: Platform, host: HostFacts) -> GpuMapping:
+    if platform == "cuda":
+        docker = host.docker
+        cdi = tuple(d for d in (docker.cdi_devices if docker else []) if d.startswith("nvidia.com/gpu=all"))
+        if docker is not None and docker.nvidia_runtime:
+            return GpuMapping(
+                nvidia_gpus=True, description="GPU device request (--gpus all) through the nvidia runtime"
+            )
+        if cdi:
+            return GpuMapping(cdi_devices=cdi, description=f"CDI devices {', '.join(cdi)}")
+        return GpuMapping(description="none: the daemon has no nvidia runtime and no NVIDIA CDI devices")
+    if platform == "rocm":
+        if not host.kfd_present:
+            return GpuMapping(description="none: /dev/kfd does not exist on this host")
+        groups = tuple(str(gid) for gid in (host.video_gid, host.render_gid) if gid is not None)
+        return GpuMapping(
+            devices=("/dev/kfd", *host.dri_render_nodes),
+            group_add=groups,
+            description=f"/dev/kfd and {len(host.dri_render_nodes)} render node(s), groups {', '.join(groups) or 'none'}",
+        )
+    return GpuMapping()
+
+
+def probe_command(name: str) -> list[str]:
+    """A probe script run by the image's own interpreter, isolated from the image's environment variables."""
+    return ["python", "-I", "-c", probe_source(name)]
+
+
+def inventory_spec(image: str) -> RunSpec:
+    return RunSpec(
+        image=image,
+        command=probe_command("inventory.py"),
+        timeout_s=INVENTORY_TIMEOUT_S,
+        labels={PROBE_LABEL: "inventory"},
+    )
+
+
+def cpu_knob_environment(loaded: LoadedDossier) -> dict[str, str]:
+    """The CPU knobs the dossier pins (determinism.cpu), as the environment torch and oneDNN read at start-up."""
+    cpu = loaded.model.determinism.cpu
+    return cpu.environment() if cpu is not None else {}
+
+
+def device_spec(loaded: LoadedDossier, image: str, mapping: GpuMapping) -> RunSpec:
+    platform, version = loaded.model.system.platform, loaded.model.system.version
+    return RunSpec(
+        image=image,
+        command=probe_command("device.py"),
+        # Under the sample's CPU knobs, so the capability it reports is the one the sample gets.
+        environment={
+            "ORCH_PROBE_EXPECT": json.dumps({"platform": platform, "version": version}),
+            **cpu_knob_environment(loaded),
+        },
+        timeout_s=DEVICE_PROBE_TIMEOUT_S,
+        labels={PROBE_LABEL: "device"},
+        nvidia_gpus=mapping.nvidia_gpus,
+        cdi_devices=mapping.cdi_devices,
+        devices=mapping.devices,
+        group_add=mapping.group_add,
+    )
+
+
+@dataclass(frozen=True)
+class SampleFolders:
+    """The host folders the sample's container writes into (output, meta) or reads its probe site from."""
+
+    output: Path
+    meta: Path
+    site: Path
+    log: Path
+
+    @classmethod
+    def under(cls, out: Path) -> SampleFolders:
+        return cls(out / "sample-output", out / "sample-meta", out / "probe-site", out / "sample.log")
+
+
+def sample_mounts(loaded: LoadedDossier, output: Path, meta: Path, site: Path) -> list[Mount]:
+    model = loaded.model
+    mounts = [Mount(loaded.resolve(item.path), f"/orch/input/{item.path}") for item in model.expect.inputs]
+    for kind, group in (("data", model.data), ("weights", model.weights)):
+        mounts += [Mount(loaded.resolve(a.path), f"/orch/{kind}/{a.name}") for a in group if a.path is not None]
+    mounts += [
+        Mount(output, "/orch/output", read_only=False),
+        Mount(meta, "/orch/meta", read_only=False),
+        Mount(site, "/orch/probe-site"),
+    ]
+    return mounts
+
+
+def sample_environment(loaded: LoadedDossier) -> dict[str, str]:
+    determinism = loaded.model.determinism
+    env = {
+        "ORCH_DETERMINISM": determinism.model_dump_json(),
+        "PYTHONHASHSEED": str(determinism.seed),
+        "PYTHONPATH": "/orch/probe-site",
+        "HF_HUB_OFFLINE": "1",
+    }
+    if determinism.cublas_workspace_config:
+        env["CUBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
+        env["HIPBLAS_WORKSPACE_CONFIG"] = determinism.cublas_workspace_config
+    env.update(cpu_knob_environment(loaded))
+    return env
+
+
+def sample_spec(loaded: LoadedDossier, image: str, mapping: GpuMapping, folders: SampleFolders) -> RunSpec:
+    expect = loaded.model.expect
+    return RunSpec(
+        image=image,
+        command=expect.command,
+        mounts=sample_mounts(loaded, folders.output, folders.meta, folders.site),
+        environment=sample_environment(loaded),
+        timeout_s=expect.timeout_s,
+        mem_limit=f"{expect.limits.memory_mib}m",
+        labels={PROBE_LABEL: "sample"},
+        nvidia_gpus=mapping.nvidia_gpus,
+        cdi_devices=mapping.cdi_devices,
+        devices=mapping.devices,
+        group_add=mapping.group_add,
+        shm_size="1g",
+    )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every container `orch probe` may start for one image, in order."""
+
+    image: str
+    mapping: GpuMapping
+    #: Run only when no build.json of this image in the output folder already holds its inventory.
+    inventory: RunSpec
+    #: Not run when the host's driver cannot run the image's CUDA (the host stage says why).
+    device: RunSpec
+    #: Run only when the device stage passed and every fingerprint matches.
+    sample: RunSpec
+    folders: SampleFolders
+
+
+def make_run_plan(loaded: LoadedDossier, image: str, mapping: GpuMapping, out: Path) -> RunPlan:
+    """`mapping` comes from `plan_gpu_mapping(platform, host facts)`; `out` is the probe's output folder."""
+    folders = SampleFolders.under(out)
+    return RunPlan(
+        image=image,
+        mapping=mapping,
+        inventory=inventory_spec(image),
+        device=device_spec(loaded, image, mapping),
+        sample=sample_spec(loaded, image, mapping, folders),
+        folders=folders,
+    )

@@ -1,0 +1,54 @@
+"""What one engine call will do, as a value: the container (`RunSpec`, `Mount`) and the build's network.
+
+These are the plan's vocabulary: `plan/` decides them without an engine, the engine executes them, and
+`--dry-run` prints them. The engine re-exports them (`orchestrator.engine.RunSpec`) for its callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.model.platform import LABEL_PREFIX as _LABEL_PREFIX
+
+#: The unprivileged user the sample runs as inside every image.
+RUNTIME_UID = 10001
+#: Every label orch sets itself starts with this (defined in model/, where `orch compare` reads it too).
+LABEL_PREFIX = _LABEL_PREFIX
+
+#: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
+#: network namespace (reaches indexes on the host's loopback).
+Network = Literal["none", "default", "host"]
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    command: Sequence[str]
+    mounts: Sequence[Mount] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    network: bool = False
+    timeout_s: float = 600
+    user: str | None = None
+    working_dir: str | None = None
+    mem_limit: str = "4g"
+    pids_limit: int = 1024
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: NVIDIA GPUs through a device request: "all" (--gpus all), or CDI device names (nvidia.com/gpu=all).
+    nvidia_gpus: bool = False
+    cdi_devices: Sequence[str] = ()
+    #: Device nodes to pass through (AMD: /dev/kfd, /dev/dri) and numeric host group ids to add.
+    devices: Sequence[str] = ()
+    group_add: Sequence[str] = ()
+    shm_size: str | None = None
+    #: Bytes of stdout (and of stderr) kept; the rest is cut from the middle, counted (untrusted.CappedStream).
+    max_log_bytes: int = 16 << 20

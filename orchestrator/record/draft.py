@@ -1,0 +1,174 @@
+"""The draft dossier `orch record` writes: observed facts filled in, human decisions marked TO CONFIRM.
+
+Pure: a document (dict) from what was observed; `orch validate` lists the marked fields left
+(`fields_to_confirm`). The marker is a string prefix, so a draft is a valid dossier from the start: it can
+be locked and rebuilt before every decision is taken, and the report says it is a draft.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.model.platform import Platform
+from orchestrator.record.outputs import ObservedOutput
+
+TO_CONFIRM = "TO CONFIRM"
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A host path of the reference command and where the sample's container sees it."""
+
+    host: str
+    container: str
+
+
+def identifier(text: str) -> str:
+    name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._") or "output"
+    return name[:63]
+
+
+def container_command(argv: list[str], mapped: list[Mapped]) -> list[str]:
+    """The reference command with its host paths replaced by the container's (`--x=PATH` forms too)."""
+    by_length = sorted(mapped, key=lambda m: len(m.host), reverse=True)
+    out: list[str] = []
+    for position, token in enumerate(argv):
+        if position == 0 and re.fullmatch(r".*/?python(3(\.\d+)?)?", token):
+            out.append("python")
+            continue
+        replaced = token
+        for item in by_length:
+            host = item.host.rstrip("/")
+            if replaced == host or replaced.startswith(host + "/"):
+                replaced = item.container + replaced[len(host) :]
+                break
+            if "=" in replaced:
+                key, _, value = replaced.partition("=")
+                if value == host or value.startswith(host + "/"):
+                    replaced = f"{key}={item.container}{value[len(host) :]}"
+                    break
+        out.append(replaced)
+    return out
+
+
+def spread_sentence(output: ObservedOutput) -> str:
+    spread = output.spread
+    runs = spread.get("runs", 0)
+    if not runs:
+        return "no rerun was measured (orch record --repeat N measures the run-to-run spread)"
+    if spread.get("identical"):
+        return f"{runs} rerun(s) on the reference host gave identical bytes"
+    parts = [f"{runs} rerun(s) on the reference host"]
+    if isinstance(spread.get("max_abs"), float):
+        parts.append(f"max |a-b| = {spread['max_abs']:.3g}")
+    if isinstance(spread.get("min_cosine"), float):
+        parts.append(f"smallest row cosine = {spread['min_cosine']:.12g}")
+    return ", ".join(parts)
+
+
+def output_entries(outputs: list[ObservedOutput]) -> list[dict[str, Any]]:
+    ids_files = [o for o in outputs if o.is_ids]
+    entries: list[dict[str, Any]] = []
+    used_ids: set[str] = set()
+    for output in outputs:
+        if output.format is None or output.is_ids:
+            continue
+        entry: dict[str, Any] = {"name": identifier(output.file.rsplit(".", 1)[0]), "file": output.file}
+        entry["format"] = output.format
+        reference = f"reference/{output.file}"
+        measured = spread_sentence(output)
+        if output.format == "npy":
+            entry["shape"] = output.shape
+            entry["dtype"] = output.dtype
+            if output.finite is not None:
+                entry["finite"] = output.finite
+            if ids_files and output.shape and ids_files[0].file not in used_ids:
+                entry["ids"] = {"file": ids_files[0].file, "expected": f"reference/{ids_files[0].file}"}
+                used_ids.add(ids_files[0].file)
+        if output.format == "npy" and (output.dtype or "").startswith(("float", "bfloat")):
+            worst = output.spread.get("max_abs")
+            entry["compare"] = {
+                "metric": "max_abs",
+                "max": float(worst) if isinstance(worst, float) else 0.0,
+                "reference": reference,
+                "sha256": output.sha256,
+                "justification": f"{TO_CONFIRM}: measured, {measured}. orch proposes that spread itself and no "
+                "universal threshold: say why this tolerance fits the use, and widen it for other CPUs, GPUs or "
+                "library builds only with a reason.",
+            }
+        else:
+            entry["compare"] = {
+                "metric": "exact",
+                "reference": reference,
+                "sha256": output.sha256,
+                "justification": f"{TO_CONFIRM}: not floating point ({output.dtype or output.format}); measured, "
+                f"{measured}. Exact equality is proposed: confirm that no difference is acceptable.",
+            }
+        entries.append(entry)
+    return entries
+
+
+def draft_document(
+    *,
+    name: str,
+    entrypoint: str,
+    options_note: str,
+    python_version: str,
+    platform: Platform,
+    backend_version: str | None,
+    base_image: str | None,
+    torch_index: str | None,
+    command: list[str],
+    inputs: list[dict[str, str]],
+    weights: list[dict[str, str]],
+    outputs: list[ObservedOutput],
+    timeout_s: int,
+) -> dict[str, Any]:
+    system: dict[str, Any] = {"platform": platform}
+    if backend_version:
+        system["version"] = backend_version
+    if base_image:
+        system["base_image"] = {"ref": base_image}
+    python: dict[str, Any] = {
+        "version": python_version,
+        "requirements": "requirements.lock",
+        "install": "wheelhouse",
+        # The rebuild's `pip freeze --all` is compared with it: requirements.in pins every package the reference
+        # had, pip included, so a faithful rebuild shows no difference.
+        "reference_inventory": "record/pip-freeze.txt",
+    }
+    if torch_index:
+        python["indexes"] = [{"url": torch_index}]
+    document: dict[str, Any] = {
+        "dossier": 1,
+        "name": name,
+        "description": f"{TO_CONFIRM}: what this reference run computes and what its outputs are used for.",
+        "code": {"source": "app", "entrypoint": entrypoint, "dirty": "record", "options": {"recorded": options_note}},
+        "python": python,
+        "system": system,
+    }
+    if weights:
+        document["weights"] = weights
+    document["expect"] = {
+        "command": command,
+        "inputs": inputs,
+        "timeout_s": timeout_s,
+        "outputs": output_entries(outputs),
+    }
+    return document
+
+
+def fields_to_confirm(value: Any, where: str = "") -> list[str]:
+    """Dotted paths of every string in a dossier that still carries the TO CONFIRM marker."""
+    found: list[str] = []
+    if isinstance(value, str) and value.startswith(TO_CONFIRM):
+        found.append(where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found += fields_to_confirm(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += fields_to_confirm(item, f"{where}[{index}]")
+    return found

@@ -1,0 +1,271 @@
+"""`orch record`: the reference, captured where it ran, as a draft dossier folder.
+
+Everything is written into a hidden sibling folder and renamed at the end: a half-written draft never
+looks complete. Observed documents go under `record/`, the copies the dossier references under `app/`,
+`sample/`, `weights/` and `reference/`, the loose requirements `orch lock` reads in `requirements.in`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.utils import canonicalize_name
+
+from orchestrator import vendor
+from orchestrator.dossier.paths import file_sha256
+from orchestrator.errors import BadInput
+from orchestrator.model.platform import Platform
+from orchestrator.record.draft import Mapped, container_command, draft_document, identifier
+from orchestrator.record.observe import code_revision, host_facts, numerics_environment, observe_interpreter
+from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
+from orchestrator.record.redaction import Redaction, Redactor
+
+_SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", "node_modules"}
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    python: Path
+    code: Path
+    command: str
+    outputs: Path
+    out: Path
+    data: tuple[Path, ...] = ()
+    weights: tuple[Path, ...] = ()
+    platform: Platform | None = None
+    backend_version: str | None = None
+    base_image: str | None = None
+    repeat: int = 0
+    name: str | None = None
+    entrypoint: str | None = None
+
+
+@dataclass
+class RecordResult:
+    out: Path
+    redactions: list[Redaction]
+    outputs: list[ObservedOutput]
+    notes: list[str] = field(default_factory=list)
+    requirements: list[str] = field(default_factory=list)
+
+
+def _copy_tree(source: Path, dest: Path, skip: set[Path]) -> None:
+    for root, dirs, files in os.walk(source):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and (here / d).resolve() not in skip)
+        for name in sorted(files):
+            path = here / name
+            if path.is_symlink() or not path.is_file() or name.endswith(".pyc"):
+                continue
+            target = dest / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+
+
+def _requirements(document: dict[str, Any], notes: list[str]) -> list[str]:
+    """Every distribution the reference had, pinned at its observed version, pip included (the rebuild's venv
+    then holds the same pip, and its `pip freeze --all` matches the reference's). The lock adds the hashes for
+    the target. Those installed from a direct URL or a local folder cannot be locked and are named."""
+    installed = ((document.get("pip") or {}).get("inspect") or {}).get("installed") or []
+    lines: list[str] = []
+    for item in installed:
+        name, version = item.get("name"), item.get("version")
+        if not name or not version:
+            continue
+        if item.get("direct_url"):
+            notes.append(
+                f"{name} {version} was installed from a direct URL or a local folder: it is left out of "
+                "requirements.in; publish it to an index (or a wheel folder) and add it there"
+            )
+            continue
+        asked = "" if item.get("requested") else "  # a dependency"
+        lines.append(f"{canonicalize_name(name)}=={version}{asked}")
+    return sorted(lines)
+
+
+def _platform(request: RecordRequest, torch: dict[str, Any]) -> tuple[Platform, str | None]:
+    if request.platform is not None:
+        return request.platform, request.backend_version
+    if torch.get("importable") and torch.get("hip"):
+        return "rocm", request.backend_version or ".".join(str(torch["hip"]).split(".")[:2])
+    if torch.get("importable") and torch.get("cuda"):
+        return "cuda", request.backend_version or str(torch["cuda"])
+    return "cpu", None
+
+
+def _run_command(argv: list[str], cwd: Path, timeout: int) -> float:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"the reference command ran for more than {timeout} s on a rerun") from None
+    except FileNotFoundError:
+        raise BadInput(f"the reference command's program {argv[0]!r} was not found") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise BadInput(f"the reference command failed on a rerun (exit {done.returncode}): {last}")
+    return time.monotonic() - started
+
+
+def record_reference(request: RecordRequest) -> RecordResult:
+    for label, path in (("--code", request.code), ("--outputs", request.outputs)):
+        if not path.is_dir():
+            raise BadInput(f"{label} {path}: no such folder")
+    for label, paths in (("--data", request.data), ("--weights", request.weights)):
+        for path in paths:
+            if not path.exists():
+                raise BadInput(f"{label} {path}: no such file or folder")
+    if request.out.exists() and any(request.out.iterdir()):
+        raise BadInput(f"--out {request.out}: exists and is not empty; give a new folder for the draft")
+    argv = shlex.split(request.command)
+    if not argv:
+        raise BadInput("--command is empty: give the command the reference ran, e.g. 'python embed.py …'")
+    entrypoint = request.entrypoint or next((token for token in argv[1:] if token.endswith(".py")), None)
+    if entrypoint is None:
+        raise BadInput("cannot tell the entry point from --command: give --entrypoint FILE")
+
+    home = os.environ.get("HOME", "")
+    redactor = Redactor([home, str(request.code.resolve()), str(Path.cwd()), str(request.python.parent.parent)])
+    notes: list[str] = []
+    observed = observe_interpreter(request.python)
+    torch = observed.get("torch") or {}
+    platform, backend = _platform(request, torch)
+    python_version = ".".join(str((observed.get("python") or {}).get("version", "3")).split(".")[:2])
+    requirements = _requirements(observed, notes)
+
+    request.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{request.out.name}.", dir=request.out.parent))
+    try:
+        (staging / "record").mkdir()
+        skip = {request.outputs.resolve(), *(p.resolve() for p in (*request.data, *request.weights))}
+        _copy_tree(request.code, staging / "app", skip)
+        mapped = [Mapped(str(request.outputs), "/orch/output"), Mapped(str(request.outputs.resolve()), "/orch/output")]
+        inputs: list[dict[str, str]] = []
+        for path in request.data:
+            target = staging / "sample" / path.name
+            if path.is_dir():
+                _copy_tree(path, target, set())
+                files = sorted(p for p in target.rglob("*") if p.is_file())
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                files = [target]
+            inputs += [{"path": f.relative_to(staging).as_posix(), "sha256": file_sha256(f)} for f in files]
+            for given in (str(path), str(path.resolve())):
+                mapped.append(Mapped(given, f"/orch/input/sample/{path.name}"))
+        weights: list[dict[str, str]] = []
+        for path in request.weights:
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            for source in files:
+                relative = source.relative_to(path).as_posix() if path.is_dir() else source.name
+                target = staging / "weights" / path.name / relative if path.is_dir() else staging / "weights" / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                name = identifier(relative)
+                weights.append(
+                    {
+                        "name": name,
+                        "path": target.relative_to(staging).as_posix(),
+                        "sha256": file_sha256(target),
+                        "provenance": "TO CONFIRM: who made these weights, from what, when (a URI, a run id)",
+                    }
+                )
+                if not path.is_dir():
+                    for given in (str(path), str(path.resolve())):
+                        mapped.append(Mapped(given, f"/orch/weights/{name}"))
+        _copy_tree(request.outputs, staging / "reference", set())
+        outputs = observed_outputs(staging / "reference")
+
+        run_argv = [str(request.python) if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
+        durations: list[float] = []
+        for _ in range(request.repeat):
+            with tempfile.TemporaryDirectory(prefix="orch-record-rerun-") as rerun:
+                rerun_map = [Mapped(str(request.outputs), rerun), Mapped(str(request.outputs.resolve()), rerun)]
+                command = [run_argv[0], *container_command(run_argv, rerun_map)[1:]]
+                durations.append(_run_command(command, request.code, timeout=3600))
+                for output in outputs:
+                    spread = measure_spread(staging / "reference" / output.file, Path(rerun) / output.file, output)
+                    merge_spread(output.spread, spread)
+
+        code = redactor.value(code_revision(request.code), "code")
+        environment = {
+            "interpreter": redactor.value(observed, "environment"),
+            "numerics_environment": redactor.value(numerics_environment(os.environ), "environment variables"),
+            "host": redactor.value(host_facts(), "host"),
+        }
+        freeze = [
+            redactor.text(line, f"pip freeze > line {number}")
+            for number, line in enumerate((observed.get("pip") or {}).get("freeze") or [], start=1)
+        ]
+        command_shown = [redactor.text(token, "command") for token in container_command(argv, mapped)]
+        _write_json(staging / "record" / "environment.json", environment)
+        _write_json(staging / "record" / "code.json", code)
+        _write_json(staging / "record" / "outputs.json", [vars(o) for o in outputs])
+        _write_json(staging / "record" / "runs.json", {"reruns": request.repeat, "seconds": durations})
+        (staging / "record" / "pip-freeze.txt").write_text("".join(f"{line}\n" for line in freeze), encoding="utf-8")
+        header = "# Every distribution of the reference environment, at the version it ran.\n"
+        header += "# `orch lock dossier.yaml` computes requirements.lock from this file for the dossier's target.\n"
+        (staging / "requirements.in").write_text(header + "".join(f"{r}\n" for r in requirements), encoding="utf-8")
+        base = request.base_image
+        default = vendor.default_base_image(platform, backend)
+        if base is None and default is None:
+            notes.append(f"orch's table has no default base image for {platform} {backend}: set system.base_image")
+        torch_index = None
+        local = str(torch.get("version") or "").partition("+")[2]
+        if torch.get("importable") and local:
+            torch_index = vendor.torch_index_url(local)
+        timeout = max(60, int(10 * max(durations, default=6.0)))
+        document = draft_document(
+            name=request.name or identifier(request.code.resolve().name),
+            entrypoint=entrypoint,
+            options_note=" ".join(command_shown),
+            python_version=python_version,
+            platform=platform,
+            backend_version=backend,
+            base_image=base,
+            torch_index=torch_index,
+            command=command_shown,
+            inputs=inputs,
+            weights=weights,
+            outputs=outputs,
+            timeout_s=timeout,
+        )
+        _write_json(staging / "record" / "redactions.json", [vars(r) for r in redactor.found])
+        text = _HEADER.format(
+            commit=code.get("commit", "not a git tree"), dirty=code.get("dirty"), diff=code.get("diff_sha256")
+        )
+        (staging / "dossier.yaml").write_text(
+            text + yaml.safe_dump(document, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8"
+        )
+        if request.out.exists():
+            request.out.rmdir()
+        staging.rename(request.out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return RecordResult(request.out, redactor.found, outputs, notes, requirements)
+
+
+_HEADER = """\
+# Draft dossier written by `orch record` from the reference run, on the host where it ran.
+# Every value here was observed, except the strings that start with "TO CONFIRM": those need a person's
+# decision (`orch validate` lists the ones left). What was observed is in record/: environment.json
+# (interpreter, pip inspect with install sources, torch's CUDA/ROCm versions, host, numerics settings),
+# pip-freeze.txt, code.json, outputs.json and runs.json (the reruns' spread); redactions.json lists
+# every local path and credential that was replaced. Next: `orch lock dossier.yaml`, then `orch rebuild`.
+# Code: git commit {commit}, dirty: {dirty}, diff sha256: {diff}
+"""
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

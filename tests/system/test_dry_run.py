@@ -1,0 +1,45 @@
+"""`--dry-run` prints the whole plan and exits 0 without an engine (DOCKER_HOST points at nothing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import EXAMPLES
+
+NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent", "ORCH_LABELS": "io.orch.test-session=dry"}
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, env=NO_ENGINE, check=False
+    )
+
+
+@pytest.mark.parametrize("command", ["build", "probe", "rebuild"])
+def test_dry_run_needs_no_engine(command: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = _orch(command, str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"), "--out", str(out), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "[engine] run the" in result.stdout  # at least one container is planned
+    assert "label: io.orch.test-session=dry" in result.stdout, "ORCH_LABELS reach every planned container"
+    assert not out.exists(), "a dry run writes nothing"
+
+
+def test_the_same_command_without_dry_run_needs_the_engine(tmp_path: Path) -> None:
+    """The control: without --dry-run, this environment has no engine (exit 3)."""
+    result = _orch("build", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 3, result.stderr
+    assert "nonexistent" in result.stderr
+
+
+def test_rebuild_dry_run_names_the_built_image_as_a_placeholder(tmp_path: Path) -> None:
+    result = _orch("rebuild", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"), "--out", str(tmp_path), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "\n4. [engine] build image orch/tiny-embeddings:" in result.stdout
+    assert "image: <image built by step 4>" in result.stdout
+    assert "command: python -I -c <probes/device.py>" in result.stdout
