@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.checks.cuda_verdict import needed_cuda, nvidia_host, nvidia_verdict
 from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
@@ -42,6 +43,8 @@ class ImageNeeds:
     require_cuda: str | None = None
     rocm: str | None = None
     cuda_compat_libs: bool = False
+    #: The image's whole environment (Config.Env): the container toolkit reads every NVIDIA_REQUIRE_* from it.
+    env: Mapping[str, str] | None = None
 
 
 def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNeeds:
@@ -53,6 +56,7 @@ def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNee
         require_cuda=env.get("NVIDIA_REQUIRE_CUDA"),
         rocm=(backend.rocm if backend else None) or hip_release,
         cuda_compat_libs=bool(backend and backend.cuda_compat_libs),
+        env=dict(env),
     )
 
 
@@ -61,16 +65,38 @@ def compat_verdict(platform: Platform, host: HostFacts, needs: ImageNeeds, *, cp
     if platform == "cpu":
         return CompatVerdict(status="not-applicable", explanation="CPU platform: no GPU driver is needed.")
     if platform == "cuda":
-        gpus = host.nvidia.gpus if host.nvidia else []
+        return _cuda_compat(host, needs, cpu_variant)
+    return rocm_verdict(needs.rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant)
+
+
+def _cuda_compat(host: HostFacts, needs: ImageNeeds, cpu_variant: str | None) -> CompatVerdict:
+    """The NVIDIA verdict in the order failures happen (checks/cuda_verdict.py): Jetson, no driver, the container
+    toolkit's own NVIDIA_REQUIRE_CUDA check, the driver's reported CUDA, NVIDIA's table, forward compatibility.
+    A host without a driver keeps checks/host.py's wording, which offers the dossier's CPU variant."""
+    gpus = host.nvidia.gpus if host.nvidia else []
+    if host.nvidia is None and host.l4t_release is None:
         return cuda_verdict(
             needs.cuda,
             parse_require_cuda(needs.require_cuda) if needs.require_cuda else None,
-            host.nvidia,
+            None,
             datacenter_gpu=any(gpu_datacenter(gpu.name) for gpu in gpus),
             image_has_compat_libs=needs.cuda_compat_libs,
             cpu_variant=cpu_variant,
         )
-    return rocm_verdict(needs.rocm, host.amd, host.kfd_present, cpu_variant=cpu_variant)
+    toolkit = nvidia_verdict(
+        nvidia_host(host, host.l4t_release),
+        needs.cuda,
+        require_cuda=needs.require_cuda,
+        image_has_compat_libs=needs.cuda_compat_libs,
+        image_env=needs.env if needs.env else None,
+    )
+    need = needed_cuda(needs.cuda, needs.require_cuda)
+    return CompatVerdict(
+        status=toolkit.status,
+        explanation=toolkit.explanation,
+        image_requirement=f"cuda>={need}" if need is not None else None,
+        host_driver=host.nvidia.driver_version if host.nvidia else None,
+    )
 
 
 def gpu_mapped(platform: Platform, mapping: GpuMapping) -> bool:

@@ -321,6 +321,7 @@ def facts_from_capture(capture: Capture) -> HostFacts:
         video_gid=gids.get("video"),
         render_gid=gids.get("render"),
         cpu=parse_cpuinfo(cpu_text) if cpu_text else None,
+        l4t_release=read_l4t_release(root),
         notes=notes,
     )
 

@@ -119,7 +119,7 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
     started = time.monotonic()
     platform, version = loaded.model.system.platform, loaded.model.system.version
     mapping, spec = plan.mapping, plan.device
-    if platform == "cuda" and verdict.status == "unsupported" and mapping.maps_nvidia:
+    if platform == "cuda" and verdict.status in ("unsupported", "refused-by-toolkit") and mapping.maps_nvidia:
         # Starting a GPU container now would only surface the runtime's cryptic "unsatisfied condition".
         return stage_result(
             "device",

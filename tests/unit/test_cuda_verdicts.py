@@ -7,6 +7,7 @@ import pytest
 from packaging.version import Version
 
 from orchestrator.checks.cuda_verdict import NvidiaHost, brand_from_name, needed_cuda, nvidia_verdict
+from orchestrator.checks.host_layer import compat_verdict, driver_fits, image_needs
 from orchestrator.checks.require_cuda import (
     DeviceFacts,
     RequireExpressionError,
@@ -14,6 +15,7 @@ from orchestrator.checks.require_cuda import (
     evaluate_require,
     release_row,
 )
+from orchestrator.model.host import HostFacts, NvidiaDriverFacts
 
 # The NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.4.1 images (gpu-domain §4.2), abridged to its R470/R535 alternatives.
 REQUIRE_1241 = (
@@ -199,3 +201,27 @@ def test_a_legacy_image_is_refused_from_its_cuda_version_alone() -> None:
     verdict = nvidia_verdict(host("550.144.03", "12.4"), "12.8.1", image_env={"CUDA_VERSION": "12.8.1"})
     assert verdict.status == "refused-by-toolkit"
     assert verdict.toolkit_error is not None and "cuda>=12.8" in verdict.toolkit_error
+
+
+def _facts(driver: str | None, cuda: str | None = None, l4t: str | None = None) -> HostFacts:
+    nvidia = NvidiaDriverFacts(source="nvidia-smi", driver_version=driver, cuda_driver_version=cuda) if driver else None
+    return HostFacts(kernel="6.8", nvidia=nvidia, amd=None, docker=None, l4t_release=l4t)
+
+
+def test_the_host_layer_says_the_toolkit_refuses_before_any_container_starts() -> None:
+    needs = image_needs({"CUDA_VERSION": "12.8.1", "NVIDIA_REQUIRE_CUDA": REQUIRE_128}, None)
+    verdict = compat_verdict("cuda", _facts("550.144.03", "12.4"), needs, cpu_variant=None)
+    assert verdict.status == "refused-by-toolkit" and not driver_fits(verdict)
+    assert "unsatisfied condition: cuda>=12.8" in verdict.explanation
+
+
+def test_the_host_layer_reports_a_jetson_as_its_own_case() -> None:
+    verdict = compat_verdict(
+        "cuda", _facts(None, l4t="R35.3.1"), image_needs({"CUDA_VERSION": "11.4"}, None), cpu_variant=None
+    )
+    assert verdict.status == "jetson"
+
+
+def test_the_host_layer_keeps_the_cpu_variant_advice_without_a_driver() -> None:
+    verdict = compat_verdict("cuda", _facts(None), image_needs({"CUDA_VERSION": "12.4.1"}, None), cpu_variant="cpu")
+    assert verdict.status == "no-driver" and "--variant cpu" in verdict.explanation

@@ -23,6 +23,7 @@ from orchestrator.model.host import (
 )
 from orchestrator.pipeline.doctor import diagnose
 from orchestrator.pipeline.host_mode import run_host_mode
+from orchestrator.plan.build import default_tag
 from orchestrator.plan.run import plan_gpu_mapping
 from orchestrator.stages.host_stage import host_stage
 from tests.paths import EXAMPLES
@@ -60,7 +61,12 @@ def test_host_stage_host_mode_and_doctor_agree_on_one_host(driver: str, fits: bo
     loaded = load_dossier(TINY / "dossier-cuda.yaml")
     host = _nvidia(driver)
     image = ImageInfo(
-        id="sha256:" + "1" * 64, tags=(), labels={}, env={"CUDA_VERSION": "12.4.1"}, repo_digests=(), size=0
+        id="sha256:" + "1" * 64,
+        tags=(default_tag(loaded),),
+        labels={},
+        env={"CUDA_VERSION": "12.4.1"},
+        repo_digests=(),
+        size=0,
     )
     stage, verdict, _ = host_stage(loaded, host, image, None)
     mode, _ = run_host_mode("cuda", "12.4", "python3", host_facts=lambda: host, run=_no_torch)
