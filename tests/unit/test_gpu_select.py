@@ -82,3 +82,46 @@ def test_amd_maps_kfd_and_the_selected_render_nodes() -> None:
     selection = select_gpus(None, host, {"ROCR_VISIBLE_DEVICES": "1,2"}, vendor="amd")
     assert selection.devices == ("/dev/kfd", "/dev/dri/renderD129", "/dev/dri/renderD130")
     assert select_gpus(None, host, {}, vendor="amd").devices[0] == "/dev/kfd"
+
+
+def _cuda_host_with_runtime(host: HostFacts) -> HostFacts:
+    from orchestrator.model.host import DockerGpuFacts
+
+    return host.model_copy(update={"docker": DockerGpuFacts(runtimes=["nvidia", "runc"], nvidia_runtime=True)})
+
+
+def test_the_run_plan_maps_exactly_gpu_1_for_gpus_device_1(four_gpu_host: HostFacts, tmp_path: Path) -> None:
+    from orchestrator.dossier.load import load_dossier
+    from orchestrator.plan.run import make_run_plan, plan_gpu_mapping
+    from orchestrator.stages.probe import gpu_selection
+    from tests.paths import EXAMPLES
+
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier-cuda.yaml")
+    host = _cuda_host_with_runtime(four_gpu_host)
+    mapping = plan_gpu_mapping("cuda", host, gpu_selection("cuda", host, "device=1", {}))
+    plan = make_run_plan(loaded, "sha256:" + "1" * 64, mapping, tmp_path)
+    assert tuple(plan.device.nvidia_device_ids) == ("1",) and tuple(plan.sample.nvidia_device_ids) == ("1",)
+    assert plan.mapping.description == "GPU(s) 1 through the nvidia runtime (--gpus device=1)"
+
+
+def test_the_run_plan_maps_2_and_3_under_cuda_visible_devices(four_gpu_host: HostFacts, tmp_path: Path) -> None:
+    from orchestrator.dossier.load import load_dossier
+    from orchestrator.plan.run import make_run_plan, plan_gpu_mapping
+    from orchestrator.stages.probe import gpu_selection
+    from tests.paths import EXAMPLES
+
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier-cuda.yaml")
+    host = _cuda_host_with_runtime(four_gpu_host)
+    mapping = plan_gpu_mapping("cuda", host, gpu_selection("cuda", host, None, {"CUDA_VISIBLE_DEVICES": "2,3"}))
+    plan = make_run_plan(loaded, "sha256:" + "1" * 64, mapping, tmp_path)
+    assert tuple(plan.device.nvidia_device_ids) == ("2", "3")
+    assert "CUDA_VISIBLE_DEVICES=2,3 (scheduler allocation)" in plan.mapping.description
+
+
+def test_a_gpus_value_the_host_cannot_satisfy_is_bad_input(four_gpu_host: HostFacts) -> None:
+    from orchestrator.errors import BadInput
+    from orchestrator.stages.probe import gpu_selection
+
+    with pytest.raises(BadInput, match="GPU 9 does not exist"):
+        gpu_selection("cuda", four_gpu_host, "device=9", {})
+    assert gpu_selection("cpu", four_gpu_host, "device=9", {}) is None
