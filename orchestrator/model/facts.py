@@ -80,6 +80,11 @@ class DeviceStageFacts(Recorded):
     cpu_capability: str | None = None
     gpu_mapping: str | None = None
     python: str | None = None
+    #: torch's warnings and the end of the runtimes' stderr during the probe.
+    warnings: list[str] | None = None
+    stderr: str | None = None
+    #: Known failures in them (or in a probe that died), explained by the failure catalogue.
+    explanations: list[dict[str, str]] | None = None
     #: Only when the device stage stopped before starting a container: the host stage's verdict.
     compatibility: CompatVerdict | None = None
 
