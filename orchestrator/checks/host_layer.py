@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.checks.arch_coverage import cuda_arch_coverage, rocm_arch_coverage
 from orchestrator.checks.cuda_verdict import needed_cuda, nvidia_host, nvidia_verdict
 from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
@@ -45,6 +46,8 @@ class ImageNeeds:
     cuda_compat_libs: bool = False
     #: The image's whole environment (Config.Env): the container toolkit reads every NVIDIA_REQUIRE_* from it.
     env: Mapping[str, str] | None = None
+    #: torch's compiled GPU targets (the inventory's sm_XX / compute_XX / gfxNNN), empty when unknown.
+    arch_list: tuple[str, ...] = ()
 
 
 def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNeeds:
@@ -57,6 +60,7 @@ def image_needs(env: Mapping[str, str], inventory: Inventory | None) -> ImageNee
         rocm=(backend.rocm if backend else None) or hip_release,
         cuda_compat_libs=bool(backend and backend.cuda_compat_libs),
         env=dict(env),
+        arch_list=tuple(backend.torch_arch_list) if backend else (),
     )
 
 
@@ -149,6 +153,9 @@ def host_checks(
                 detail=verdict.explanation,
             )
         )
+    coverage = arch_coverage_check(platform, host, needs.arch_list)
+    if coverage is not None:
+        checks.append(coverage)
     if platform == "cuda" and mapping is not None:
         checks.append(
             Check(
@@ -159,3 +166,29 @@ def host_checks(
             )
         )
     return checks
+
+
+def arch_coverage_check(platform: Platform, host: HostFacts, arch_list: tuple[str, ...]) -> Check | None:
+    """Before any container starts: does the image's torch carry kernels for each host GPU (checks/arch_coverage.py)?
+    PTX that the driver can JIT passes, said in the detail; None when the arch list or the GPUs are unknown."""
+    if not arch_list:
+        return None
+    if platform == "cuda" and host.nvidia is not None:
+        findings = [
+            cuda_arch_coverage(arch_list, gpu.name, gpu.compute_capability)
+            for gpu in host.nvidia.gpus
+            if gpu.compute_capability
+        ]
+    elif platform == "rocm" and host.amd is not None:
+        findings = [rocm_arch_coverage(arch_list, gpu.gfx_target) for gpu in host.amd.gpus]
+    else:
+        return None
+    if not findings:
+        return None
+    return Check(
+        name="image has kernels for the host's GPUs",
+        expected="SASS or JIT-able PTX (CUDA), or a code object (ROCm), for every GPU",
+        observed=", ".join(f"{finding.gpu}: {finding.coverage}" for finding in findings),
+        passed=all(finding.coverage != "none" for finding in findings),
+        detail=" ".join(finding.sentence for finding in findings),
+    )

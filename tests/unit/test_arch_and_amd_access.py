@@ -72,3 +72,23 @@ def test_a_legacy_kfd_node_gets_its_gfx_target_from_the_device_id_table() -> Non
     assert kfd_gfx_target(parse_kfd_properties("cpu_cores_count 12\nsimd_count 0\n")) is None
     assert kfd_gfx_target(parse_kfd_properties("simd_count 64\ndevice_id 1\n")) is None  # unknown device
     assert kfd_gfx_target(parse_kfd_properties("gfx_target_version 0\nsimd_count 0\n")) is None
+
+
+def test_the_host_stage_says_before_running_that_the_image_has_no_kernels_for_a_gpu() -> None:
+    from orchestrator.checks.host_layer import ImageNeeds, arch_coverage_check
+    from orchestrator.model.host import NvidiaDriverFacts, NvidiaGpu
+
+    gpu = NvidiaGpu(index=0, name="NVIDIA GeForce RTX 5090", compute_capability="12.0")
+    host = HostFacts(
+        kernel="6.8",
+        nvidia=NvidiaDriverFacts(source="nvidia-smi", driver_version="575.51.03", gpus=[gpu]),
+        amd=None,
+        docker=None,
+    )
+    check = arch_coverage_check("cuda", host, tuple(CU126))
+    assert check is not None and not check.passed
+    assert check.detail is not None and "no kernels for it" in check.detail
+    jit = arch_coverage_check("cuda", host, (*CU126, "compute_90"))
+    assert jit is not None and jit.passed and "slow first run" in (jit.detail or "")
+    assert arch_coverage_check("cuda", host, ()) is None
+    assert ImageNeeds().arch_list == ()
