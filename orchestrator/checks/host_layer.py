@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.checks.amd_access import amd_access_findings
 from orchestrator.checks.arch_coverage import cuda_arch_coverage, rocm_arch_coverage
 from orchestrator.checks.cuda_verdict import needed_cuda, nvidia_host, nvidia_verdict
 from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
@@ -153,6 +154,8 @@ def host_checks(
                 detail=verdict.explanation,
             )
         )
+    if platform == "rocm" and mapping is not None:
+        checks.append(amd_access_check(host, needs.env or {}))
     coverage = arch_coverage_check(platform, host, needs.arch_list)
     if coverage is not None:
         checks.append(coverage)
@@ -191,4 +194,18 @@ def arch_coverage_check(platform: Platform, host: HostFacts, arch_list: tuple[st
         observed=", ".join(f"{finding.gpu}: {finding.coverage}" for finding in findings),
         passed=all(finding.coverage != "none" for finding in findings),
         detail=" ".join(finding.sentence for finding in findings),
+    )
+
+
+def amd_access_check(host: HostFacts, env: Mapping[str, str]) -> Check:
+    """Can a container reach the AMD GPUs: /dev/kfd, render nodes, video/render gids; HSA_OVERRIDE_GFX_VERSION in
+    the image's environment recorded and flagged (checks/amd_access.py). Errors fail it; warnings are its detail."""
+    findings = amd_access_findings(host, env)
+    errors = [f.sentence for f in findings if f.severity == "error"]
+    return Check(
+        name="container can reach the AMD GPUs",
+        expected="/dev/kfd, a render node per GPU, the video and render gids",
+        observed="; ".join(errors) if errors else "yes",
+        passed=not errors,
+        detail=" ".join(f.sentence for f in findings) or None,
     )

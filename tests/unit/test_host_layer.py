@@ -96,7 +96,9 @@ def test_an_amd_host_without_kfd_fails_the_driver_check_everywhere() -> None:
     needs = ImageNeeds(rocm="6.2")
     verdict = compat_verdict("rocm", host, needs, cpu_variant=None)
     checks = host_checks("rocm", host, needs, verdict, plan_gpu_mapping("rocm", host))
-    assert [check.passed for check in checks] == [False, False]
+    # Issue 11 adds the access check (/dev/kfd, render nodes, gids): it fails too, naming /dev/kfd.
+    assert [check.passed for check in checks] == [False, False, False]
+    assert "/dev/kfd is missing" in checks[2].observed
     mode, _ = run_host_mode("rocm", "6.2", "python3", host_facts=lambda: host, run=_no_torch)
     assert mode.status == "failed" and mode.first_error is not None
     assert mode.first_error.step == "AMD GPU driver present"
