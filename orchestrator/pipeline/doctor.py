@@ -48,7 +48,7 @@ def diagnose(
     if loaded is None:
         return Diagnosis(host=host)
     platform = loaded.model.system.platform
-    tag = default_tag(loaded)
+    tag = default_tag(loaded, engine.tag_namespace)
     image = engine.image(tag)
     mapping = plan_gpu_mapping(platform, host)
     if platform == "cpu":
