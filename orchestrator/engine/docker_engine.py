@@ -31,7 +31,11 @@ from orchestrator.engine import (
     RunOutcome,
     RunSpec,
 )
-from orchestrator.engine.labels import extra_labels_from_environment
+from orchestrator.engine.labels import (
+    DEFAULT_TAG_NAMESPACE,
+    extra_labels_from_environment,
+    tag_namespace_from_environment,
+)
 from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure, ImageNotBuilt
 from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
@@ -73,19 +77,31 @@ def current_context_endpoint() -> tuple[str | None, Any]:
 
 
 class DockerEngine:
-    def __init__(self, client: docker.DockerClient, endpoint: str, labels: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        endpoint: str,
+        labels: Mapping[str, str] | None = None,
+        tag_namespace: str = DEFAULT_TAG_NAMESPACE,
+    ) -> None:
         self._client = client
         self._endpoint = endpoint
         self._labels = dict(labels or {})
+        self._tag_namespace = tag_namespace
 
     @property
     def labels(self) -> Mapping[str, str]:
         return self._labels
 
+    @property
+    def tag_namespace(self) -> str:
+        return self._tag_namespace
+
     @classmethod
     def connect(cls, base_url: str | None = None) -> DockerEngine:
         tls: Any = None
         labels = extra_labels_from_environment(os.environ)  # bad input fails before any connection
+        tag_namespace = tag_namespace_from_environment(os.environ)
         if base_url is None and not os.environ.get("DOCKER_HOST"):
             base_url, tls = current_context_endpoint()
         endpoint = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
@@ -103,7 +119,7 @@ class DockerEngine:
             raise EngineUnavailable(
                 f"no Docker engine answers at {redact(endpoint)}: {redact(str(exc).splitlines()[0])}", hint=hint
             ) from None
-        return cls(client, endpoint, labels)
+        return cls(client, endpoint, labels, tag_namespace)
 
     def close(self) -> None:
         self._client.close()

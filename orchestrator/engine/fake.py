@@ -101,7 +101,9 @@ class FakeEngine:
         runs: Mapping[str, ScriptedRun | Sequence[ScriptedRun]] | None = None,
         info: EngineInfo | None = None,
         labels: Mapping[str, str] | None = None,
+        tag_namespace: str = "orch",
     ) -> None:
+        self.tag_namespace = tag_namespace
         self._images: dict[str, ImageInfo] = {}
         self._configs: dict[str, bytes] = {}
         for image in images:

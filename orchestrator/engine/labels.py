@@ -54,3 +54,33 @@ def parse_extra_labels(text: str | None) -> dict[str, str]:
 
 def extra_labels_from_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return parse_extra_labels(environ.get(ENV_VAR))
+
+
+TAG_NAMESPACE_VAR = "ORCH_TAG_NAMESPACE"
+DEFAULT_TAG_NAMESPACE = "orch"
+# A repository path as Docker accepts it: lower-case components joined by `/`, each made of alphanumerics
+# separated by `.`, `_`, `__` or dashes (distribution/reference's grammar, without a registry host).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_NAMESPACE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+
+
+def parse_tag_namespace(text: str | None) -> str:
+    """The repository prefix of orch's default tags (`<namespace>/<dossier name>:<identity>`).
+
+    Two users of one engine who rebuild the same dossier would otherwise share one tag, and one's build
+    would re-point (and one's clean-up remove) the other's: give each its own namespace
+    (`ORCH_TAG_NAMESPACE=orch-alice`); the test suite uses one per session.
+    """
+    value = (text or "").strip()
+    if not value:
+        return DEFAULT_TAG_NAMESPACE
+    if not _NAMESPACE.match(value):
+        raise BadInput(
+            f"{TAG_NAMESPACE_VAR}: {value!r} is not a repository prefix Docker accepts",
+            hint="Lower-case letters and digits, separated by '.', '_', '-' or '/', e.g. orch-alice or team/orch.",
+        )
+    return value
+
+
+def tag_namespace_from_environment(environ: Mapping[str, str]) -> str:
+    return parse_tag_namespace(environ.get(TAG_NAMESPACE_VAR))

@@ -70,9 +70,10 @@ def probe_plan(
     *,
     image: str | None = None,
     built: BuildSteps | None = None,
+    tag_namespace: str = "orch",
 ) -> list[PlannedCall]:
     """The probe's calls; after `built` (rebuild), the image is the one its build step makes."""
-    ref = built.tag if built is not None else image or default_tag(loaded)
+    ref = built.tag if built is not None else image or default_tag(loaded, tag_namespace)
     mapping = plan_gpu_mapping(loaded.model.system.platform, host)
     run = make_run_plan(loaded, BUILT_IMAGE if built is not None else ref, mapping, out)
     # A dry run asks no engine: say so where the mapping depends on the daemon's runtimes.
@@ -123,6 +124,12 @@ def _engine_labels(environ: Mapping[str, str]) -> dict[str, str]:
     return extra_labels_from_environment(environ)
 
 
+def _tag_namespace(environ: Mapping[str, str]) -> str:
+    from orchestrator.engine.labels import tag_namespace_from_environment
+
+    return tag_namespace_from_environment(environ)
+
+
 def _steps(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str, str]) -> BuildSteps:
     from orchestrator.stages.build import code_ref
     from orchestrator.stages.code_source import inspect_code
@@ -132,7 +139,7 @@ def _steps(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str, s
         options.out.resolve(),
         code=code_ref(inspect_code(loaded)),
         engine_labels=_engine_labels(environ),
-        tag=options.tag,
+        tag=options.tag or default_tag(loaded, _tag_namespace(environ)),
         network=options.network,
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
@@ -158,7 +165,16 @@ def dry_run_probe(
     environ: Mapping[str, str],
     host: HostFacts | None = None,
 ) -> str:
-    return render_calls(probe_plan(loaded, out.resolve(), _host(host), _engine_labels(environ), image=image))
+    return render_calls(
+        probe_plan(
+            loaded,
+            out.resolve(),
+            _host(host),
+            _engine_labels(environ),
+            image=image,
+            tag_namespace=_tag_namespace(environ),
+        )
+    )
 
 
 def dry_run_rebuild(

@@ -152,9 +152,13 @@ def with_stage_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
 CREATED_LABEL = "org.opencontainers.image.created"
 
 
-def default_tag(loaded: LoadedDossier) -> str:
-    """`orch/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag."""
-    return f"orch/{loaded.model.name}:{loaded.short_identity}"
+def default_tag(loaded: LoadedDossier, namespace: str = "orch") -> str:
+    """`<namespace>/<name>:<identity prefix>`; the identity covers the variant, so variants get their own tag.
+
+    The namespace is the engine's (`ORCH_TAG_NAMESPACE`, engine/labels.py; default `orch`), so that two
+    users of one engine do not share the tag of a dossier both rebuild.
+    """
+    return f"{namespace}/{loaded.model.name}:{loaded.short_identity}"
 
 
 def default_build_network(plan: BuildPlan) -> Network:

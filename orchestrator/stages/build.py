@@ -94,7 +94,7 @@ def run_build(
     started = time.monotonic()
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    tag = options.tag or default_tag(loaded)
+    tag = options.tag or default_tag(loaded, engine.tag_namespace)
 
     stage("base image")
     mark = time.monotonic()

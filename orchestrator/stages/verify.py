@@ -191,7 +191,7 @@ def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
         raise HandoverDamaged(f"image {image_id[:19]} carries another dossier identity than the manifest")
     if holder is None:
         engine.tag(image_id, HANDOVER_REPOSITORY, tag)
-    own = default_tag(checked.loaded)
+    own = default_tag(checked.loaded, engine.tag_namespace)
     if checked.manifest.image_tag != own:
         return LoadedImage(reference, None)
     present = engine.image(own)

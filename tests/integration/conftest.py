@@ -16,13 +16,13 @@ import pytest
 
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, connect
-from orchestrator.engine.labels import ENV_VAR
+from orchestrator.engine.labels import ENV_VAR, TAG_NAMESPACE_VAR
 from orchestrator.errors import EngineUnavailable
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_image
 from orchestrator.stages.build import BuildOptions, run_build
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
-from tests.integration.helpers import SESSION_FILTER, session_containers
+from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
 from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images
 from tests.paths import EXAMPLES
 
@@ -91,6 +91,7 @@ def engine() -> Iterator[Engine]:
     # included, they inherit the environment) carries the session label; see helpers.py.
     existing = os.environ.get(ENV_VAR, "")
     os.environ[ENV_VAR] = ",".join(filter(None, [existing, SESSION_FILTER]))
+    os.environ[TAG_NAMESPACE_VAR] = SESSION_TAG_NAMESPACE
     try:
         connected = connect()
     except EngineUnavailable as exc:

@@ -14,9 +14,20 @@ from dataclasses import dataclass, field
 import docker
 import docker.errors
 
+from orchestrator.dossier.load import load_dossier
+from orchestrator.plan.build import default_tag
 from tests.integration.helpers import SESSION_ID
+from tests.paths import EXAMPLES
 
 OWNER_LABEL = "com.example.owner"
+#: The examples whose default tag another user of the engine is most likely to hold (`make demo` builds
+#: minilm-embeddings): the suite builds them too, under its own tag namespace.
+DEFAULT_TAG_DOSSIERS = (
+    EXAMPLES / "tiny-embeddings" / "dossier.yaml",
+    EXAMPLES / "minilm-embeddings" / "dossier.yaml",
+    EXAMPLES / "same-categories" / "dossier.yaml",
+    EXAMPLES / "resume-training" / "dossier.yaml",
+)
 
 
 def foreign_build(client: docker.DockerClient, base: str, body: str, tag: str | None = None) -> str:
@@ -38,6 +49,10 @@ class ForeignObjects:
     running_container: str
     exited_container: str
     extra_images: list[str] = field(default_factory=list)
+    #: Another user's images under the default tags (`orch/<name>:<identity>`) of the examples the suite
+    #: builds: tag → image id. Present already (a `make demo` on this engine) or made here as stand-ins.
+    default_tags: dict[str, str] = field(default_factory=dict)
+    made_default_tags: list[str] = field(default_factory=list)
 
     def missing(self, client: docker.DockerClient) -> list[str]:
         """What is no longer as it was: a removed image or tag, a removed or stopped container."""
@@ -52,6 +67,12 @@ class ForeignObjects:
                 missing.append(f"tag {self.tag} re-pointed")
         except docker.errors.ImageNotFound:
             missing.append(f"tag {self.tag}")
+        for tag, image_id in self.default_tags.items():
+            try:
+                if str(client.images.get(tag).id) != image_id:
+                    missing.append(f"default tag {tag} re-pointed")
+            except docker.errors.ImageNotFound:
+                missing.append(f"default tag {tag}")
         for container_id, status in ((self.running_container, "running"), (self.exited_container, "exited")):
             try:
                 observed = client.containers.get(container_id).status
@@ -71,6 +92,10 @@ class ForeignObjects:
                 client.images.remove(image_id, force=True)
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.remove(self.tag)
+        for tag in self.made_default_tags:  # only the stand-ins made here, and only while still theirs
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                if str(client.images.get(tag).id) == self.default_tags[tag]:
+                    client.images.remove(self.default_tags[tag], force=True)
 
 
 def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjects:
@@ -81,7 +106,16 @@ def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjec
     running = client.containers.run(tagged, ["sleep", "infinity"], detach=True, network_mode="none", labels=labels)
     exited = client.containers.run(tagged, ["true"], detach=True, network_mode="none", labels=labels)
     exited.wait(timeout=60)
-    return ForeignObjects(tagged, tag, dangling, str(running.id), str(exited.id))
+    foreign = ForeignObjects(tagged, tag, dangling, str(running.id), str(exited.id))
+    for dossier in DEFAULT_TAG_DOSSIERS:
+        # The tag a user who is not the suite gets for this dossier (namespace `orch`, no ORCH_TAG_NAMESPACE).
+        default = default_tag(load_dossier(dossier))
+        try:
+            foreign.default_tags[default] = str(client.images.get(default).id)
+        except docker.errors.ImageNotFound:
+            foreign.default_tags[default] = foreign_build(client, base, f"RUN echo {SESSION_ID} > /owner", tag=default)
+            foreign.made_default_tags.append(default)
+    return foreign
 
 
 class ForeignBuildInProgress(threading.Thread):

@@ -18,6 +18,9 @@ import docker
 SESSION_KEY = "io.orch.test-session"
 SESSION_ID = uuid.uuid4().hex[:16]
 SESSION_FILTER = f"{SESSION_KEY}={SESSION_ID}"
+#: The session's own tag namespace (`ORCH_TAG_NAMESPACE`): the default tag of a dossier another user also
+#: builds on this engine (`orch/<name>:<identity>`) is never re-pointed or removed by the suite.
+SESSION_TAG_NAMESPACE = f"orch-test-{SESSION_ID}"
 
 
 def orch(*args: str, env: dict[str, str] | None = None, timeout: int = 1800) -> subprocess.CompletedProcess[str]:

@@ -11,12 +11,20 @@ import pytest
 
 from tests.paths import EXAMPLES
 
-NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent", "ORCH_LABELS": "io.orch.test-session=dry"}
+NO_ENGINE = {
+    **{k: v for k, v in os.environ.items() if k != "ORCH_TAG_NAMESPACE"},
+    "DOCKER_HOST": "unix:///nonexistent",
+    "ORCH_LABELS": "io.orch.test-session=dry",
+}
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+def _orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, env=NO_ENGINE, check=False
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        env={**NO_ENGINE, **(env or {})},
+        check=False,
     )
 
 
@@ -43,3 +51,27 @@ def test_rebuild_dry_run_names_the_built_image_as_a_placeholder(tmp_path: Path) 
     assert "\n4. [engine] build image orch/tiny-embeddings:" in result.stdout
     assert "image: <image built by step 4>" in result.stdout
     assert "command: python -I -c <probes/device.py>" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["build", "probe"])
+def test_the_tag_namespace_names_the_default_tag(command: str, tmp_path: Path) -> None:
+    """Two users of one engine rebuilding one dossier: each gets the tag of their own namespace."""
+    dossier = str(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    plain = _orch(command, dossier, "--out", str(tmp_path / "a"), "--dry-run")
+    bob = _orch(command, dossier, "--out", str(tmp_path / "b"), "--dry-run", env={"ORCH_TAG_NAMESPACE": "orch-bob"})
+    assert plain.returncode == 0 and bob.returncode == 0, plain.stderr + bob.stderr
+    assert "orch/tiny-embeddings:" in plain.stdout and "orch-bob/" not in plain.stdout
+    assert "orch-bob/tiny-embeddings:" in bob.stdout and "orch/tiny-embeddings:" not in bob.stdout
+
+
+def test_a_bad_tag_namespace_is_bad_input(tmp_path: Path) -> None:
+    result = _orch(
+        "build",
+        str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"),
+        "--out",
+        str(tmp_path / "o"),
+        "--dry-run",
+        env={"ORCH_TAG_NAMESPACE": "Not A Namespace"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "ORCH_TAG_NAMESPACE" in result.stderr and "Traceback" not in result.stderr

@@ -214,6 +214,8 @@ class _BuildEngine:
     def labels(self) -> dict[str, str]:
         return {}
 
+    tag_namespace = "orch"
+
     def image(self, ref: str) -> Any:
         from orchestrator.engine import ImageInfo
 

@@ -52,3 +52,23 @@ def test_the_builder_stage_is_marked_and_extra_labels_open_every_stage() -> None
     # Right after the final stage's FROM, before any layer-making instruction.
     after_from = final.split("\nFROM ", 1)[1].splitlines()[1]
     assert after_from == 'LABEL io.orch.test-session="abc123"'
+
+
+def test_the_tag_namespace_defaults_to_orch_and_names_the_default_tag() -> None:
+    from orchestrator.engine.labels import parse_tag_namespace, tag_namespace_from_environment
+    from orchestrator.plan.build import default_tag
+
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    assert tag_namespace_from_environment({}) == "orch"
+    assert default_tag(loaded) == f"orch/tiny-embeddings:{loaded.short_identity}"
+    alice = tag_namespace_from_environment({"ORCH_TAG_NAMESPACE": "team/orch-alice"})
+    assert default_tag(loaded, alice) == f"team/orch-alice/tiny-embeddings:{loaded.short_identity}"
+    assert parse_tag_namespace("  ") == "orch"
+
+
+@pytest.mark.parametrize("text", ["Orch", "orch/", "/orch", "orch alice", "orch:1", "orch//x", "-orch"])
+def test_a_tag_namespace_docker_would_refuse_is_bad_input(text: str) -> None:
+    from orchestrator.engine.labels import parse_tag_namespace
+
+    with pytest.raises(BadInput, match="ORCH_TAG_NAMESPACE"):
+        parse_tag_namespace(text)

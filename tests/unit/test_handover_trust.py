@@ -448,6 +448,8 @@ def test_a_link_between_layers_inside_the_tar_is_kept(tmp_path: Path) -> None:
 class _Engine:
     """Images by reference; `tag` fails if it would move a tag; `load` records what it was sent."""
 
+    tag_namespace = "orch"
+
     def __init__(self, images: dict[str, ImageInfo]) -> None:
         self.refs = dict(images)
         self.sent: list[bytes] = []

@@ -18,6 +18,8 @@ NO_GPU_HOST = HostFacts(kernel="6.1.0", nvidia=None, amd=None, docker=None)
 class _EmptyEngine:
     """An engine that holds no image at all."""
 
+    tag_namespace = "orch"
+
     def image(self, ref: str) -> Any:
         return None
 
