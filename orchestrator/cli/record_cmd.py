@@ -11,7 +11,18 @@ _path = click.Path(path_type=Path)
 
 @click.command()
 @click.option(
-    "--python", "python", type=_path, required=True, help="The reference's interpreter (its venv's bin/python)."
+    "--python",
+    "python",
+    type=_path,
+    default=None,
+    help="The reference's interpreter (its venv's bin/python); with --image, its path inside the image "
+    "(default: python).",
+)
+@click.option(
+    "--image",
+    default=None,
+    metavar="REF",
+    help="The image the reference ran in: its environment is read inside it (no network), with its id and labels.",
 )
 @click.option("--code", type=_path, required=True, help="The app's folder (the command runs there).")
 @click.option(
@@ -44,7 +55,8 @@ _path = click.Path(path_type=Path)
 @click.option("--name", default=None, help="The dossier's name (default: the code folder's).")
 @click.option("--entrypoint", default=None, help="Default: the first .py file of --command.")
 def record(
-    python: Path,
+    python: Path | None,
+    image: str | None,
     code: Path,
     command: str,
     outputs: Path,
@@ -82,6 +94,7 @@ def record(
             repeat=repeat,
             name=name,
             entrypoint=entrypoint,
+            image=image,
         )
     )
     console = make_console()

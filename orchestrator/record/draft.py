@@ -125,6 +125,7 @@ def draft_document(
     weights: list[dict[str, str]],
     outputs: list[ObservedOutput],
     timeout_s: int,
+    base_image_note: str | None = None,
 ) -> dict[str, Any]:
     system: dict[str, Any] = {"platform": platform}
     if backend_version:
@@ -149,6 +150,9 @@ def draft_document(
         "python": python,
         "system": system,
     }
+    if base_image_note:
+        # The model has no free-text field in system: the decision is asked where `orch validate` lists it.
+        document["code"]["options"]["base_image"] = base_image_note
     if weights:
         document["weights"] = weights
     document["expect"] = {

@@ -28,7 +28,7 @@ NUMERICS_PREFIXES = (
 NUMERICS_NAMES = ("OMP_NUM_THREADS", "CUDA_LAUNCH_BLOCKING", "PYTHONHASHSEED", "TF_ENABLE_ONEDNN_OPTS", "KMP_AFFINITY")
 VISIBLE_SUFFIX = "_VISIBLE_DEVICES"
 
-_TORCH = r"""
+TORCH_SCRIPT = r"""
 import json
 try:
     import torch
@@ -76,7 +76,7 @@ def observe_interpreter(python: Path) -> dict[str, Any]:
         ) from None
     config = _run([str(python), "-m", "pip", "config", "list"])
     document["pip_config"] = config.stdout.splitlines() if config.returncode == 0 else []
-    torch = _run([str(python), "-c", _TORCH])
+    torch = _run([str(python), "-c", TORCH_SCRIPT])
     try:
         document["torch"] = json.loads(torch.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -26,6 +26,7 @@ from orchestrator.dossier.paths import file_sha256
 from orchestrator.errors import BadInput
 from orchestrator.model.platform import Platform
 from orchestrator.record.draft import Mapped, container_command, draft_document, identifier
+from orchestrator.record.image import ImageObservation, base_for, observe_image
 from orchestrator.record.observe import code_revision, host_facts, numerics_environment, observe_interpreter
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
 from orchestrator.record.redaction import Redaction, Redactor
@@ -35,7 +36,8 @@ _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_ca
 
 @dataclass(frozen=True)
 class RecordRequest:
-    python: Path
+    #: The reference's interpreter: a host path, or with `image` the interpreter inside the image (None: `python`).
+    python: Path | None
     code: Path
     command: str
     outputs: Path
@@ -48,6 +50,8 @@ class RecordRequest:
     repeat: int = 0
     name: str | None = None
     entrypoint: str | None = None
+    #: A reference that ran in a container: the environment is read inside this image (record/image.py).
+    image: str | None = None
 
 
 @dataclass
@@ -134,14 +138,36 @@ def record_reference(request: RecordRequest) -> RecordResult:
     if entrypoint is None:
         raise BadInput("cannot tell the entry point from --command: give --entrypoint FILE")
 
+    if request.image is None and request.python is None:
+        raise BadInput("give --python (the reference venv's bin/python) or --image REF (the image it ran in)")
+    if request.image is not None and request.repeat:
+        raise BadInput(
+            "--repeat with --image: reruns inside the image are not implemented yet; record from inside the "
+            "container with --python to measure the spread, or leave --repeat out"
+        )
     home = os.environ.get("HOME", "")
-    redactor = Redactor([home, str(request.code.resolve()), str(Path.cwd()), str(request.python.parent.parent)])
+    local_paths = [home, str(request.code.resolve()), str(Path.cwd())]
+    if request.image is None and request.python is not None:
+        local_paths.append(str(request.python.parent.parent))
+    redactor = Redactor(local_paths)
     notes: list[str] = []
-    observed = observe_interpreter(request.python)
+    image: ImageObservation | None = None
+    if request.image is not None:
+        image = observe_image(request.image, str(request.python or "python"))
+        observed = image.interpreter
+    else:
+        assert request.python is not None
+        observed = observe_interpreter(request.python)
     torch = observed.get("torch") or {}
     platform, backend = _platform(request, torch)
     python_version = ".".join(str((observed.get("python") or {}).get("version", "3")).split(".")[:2])
     requirements = _requirements(observed, notes)
+    base_note: str | None = None
+    base = request.base_image
+    if image is not None and base is None:
+        base, base_note = base_for(image.facts["os"], python_version, platform, backend)
+        if base_note:
+            notes.append(base_note.removeprefix("TO CONFIRM: "))
 
     request.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{request.out.name}.", dir=request.out.parent))
@@ -186,7 +212,7 @@ def record_reference(request: RecordRequest) -> RecordResult:
         _copy_tree(request.outputs, staging / "reference", set())
         outputs = observed_outputs(staging / "reference")
 
-        run_argv = [str(request.python) if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
+        run_argv = [str(request.python or "python") if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
         durations: list[float] = []
         for _ in range(request.repeat):
             with tempfile.TemporaryDirectory(prefix="orch-record-rerun-") as rerun:
@@ -198,11 +224,15 @@ def record_reference(request: RecordRequest) -> RecordResult:
                     merge_spread(output.spread, spread)
 
         code = redactor.value(code_revision(request.code), "code")
+        environ = image.environment if image is not None else os.environ
         environment = {
             "interpreter": redactor.value(observed, "environment"),
-            "numerics_environment": redactor.value(numerics_environment(os.environ), "environment variables"),
+            "numerics_environment": redactor.value(numerics_environment(environ), "environment variables"),
             "host": redactor.value(host_facts(), "host"),
         }
+        if image is not None:
+            # The image's own facts; the host's (GPU, driver, CPU) are the machine the container ran on.
+            environment["image"] = redactor.value(image.facts, "image")
         freeze = [
             redactor.text(line, f"pip freeze > line {number}")
             for number, line in enumerate((observed.get("pip") or {}).get("freeze") or [], start=1)
@@ -216,9 +246,8 @@ def record_reference(request: RecordRequest) -> RecordResult:
         header = "# Every distribution of the reference environment, at the version it ran.\n"
         header += "# `orch lock dossier.yaml` computes requirements.lock from this file for the dossier's target.\n"
         (staging / "requirements.in").write_text(header + "".join(f"{r}\n" for r in requirements), encoding="utf-8")
-        base = request.base_image
         default = vendor.default_base_image(platform, backend)
-        if base is None and default is None:
+        if base is None and base_note is None and default is None:
             notes.append(f"orch's table has no default base image for {platform} {backend}: set system.base_image")
         torch_index = None
         local = str(torch.get("version") or "").partition("+")[2]
@@ -239,6 +268,7 @@ def record_reference(request: RecordRequest) -> RecordResult:
             weights=weights,
             outputs=outputs,
             timeout_s=timeout,
+            base_image_note=base_note,
         )
         _write_json(staging / "record" / "redactions.json", [vars(r) for r in redactor.found])
         text = _HEADER.format(

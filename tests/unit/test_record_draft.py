@@ -110,3 +110,21 @@ def test_a_rerun_is_measured_against_the_reference_with_the_sample_stages_metric
     assert abs(float(spread["max_abs"]) - 1e-3) < 1e-6  # type: ignore[arg-type]
     assert 0.999 < float(spread["min_cosine"]) < 1.0  # type: ignore[arg-type]
     assert measure_spread(reference, tmp_path / "absent.npy", observed) == {"missing": True}
+
+
+def test_the_base_image_comes_from_the_image_facts_where_the_table_allows() -> None:
+    from orchestrator.record.image import base_for
+
+    debian = {"ID": "debian", "VERSION_ID": "12"}
+    assert base_for(debian, "3.11", "cpu", None) == ("python:3.11-slim-bookworm", None)
+    ubuntu = {"ID": "ubuntu", "VERSION_ID": "22.04"}
+    assert base_for(ubuntu, "3.10", "cuda", "12.4")[0] == "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04"
+    ref, why = base_for({"ID": "ubuntu", "VERSION_ID": "20.04"}, "3.8", "cuda", "12.4")
+    assert ref is None and why is not None and why.startswith("TO CONFIRM: the reference image runs ubuntu-20.04")
+    document = draft_document(
+        name="in-image", entrypoint="run.py", options_note="python run.py", python_version="3.8", platform="cuda",
+        backend_version="12.4", base_image=None, torch_index=None, command=["python", "run.py"], inputs=[],
+        weights=[], outputs=_outputs(), timeout_s=60, base_image_note=why,
+    )  # fmt: skip
+    Dossier.model_validate(document)  # still a valid dossier: the decision is asked, not guessed
+    assert "code.options.base_image" in fields_to_confirm(document)
