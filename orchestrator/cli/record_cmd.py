@@ -52,6 +52,13 @@ _path = click.Path(path_type=Path)
     show_default=True,
     help="Rerun the command N times and record the spread of its outputs.",
 )
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Rerun once with each value of an environment variable (e.g. OMP_NUM_THREADS=1,2) and record the "
+    "spread per setting; repeatable.",
+)
 @click.option("--name", default=None, help="The dossier's name (default: the code folder's).")
 @click.option("--entrypoint", default=None, help="Default: the first .py file of --command.")
 def record(
@@ -67,6 +74,7 @@ def record(
     backend_version: str | None,
     base_image: str | None,
     repeat: int,
+    vary: tuple[str, ...],
     name: str | None,
     entrypoint: str | None,
 ) -> None:
@@ -77,7 +85,7 @@ def record(
     decision are marked TO CONFIRM (orch validate lists them). Next: orch lock OUT/dossier.yaml.
     """
     from orchestrator.cli.console import make_console
-    from orchestrator.record.run import RecordRequest, record_reference
+    from orchestrator.record.run import RecordRequest, parse_vary, record_reference
 
     result = record_reference(
         RecordRequest(
@@ -92,6 +100,7 @@ def record(
             backend_version=backend_version,
             base_image=base_image,
             repeat=repeat,
+            vary=tuple(parse_vary(text) for text in vary),
             name=name,
             entrypoint=entrypoint,
             image=image,
@@ -104,6 +113,7 @@ def record(
     for output in result.outputs:
         shape = f" {output.dtype} {output.shape}" if output.shape is not None else ""
         spread = f"; spread: {output.spread}" if output.spread else ""
+        spread += "".join(f"; with {key}: {value}" for key, value in output.varied.items())
         console.print(f"  output {output.file}: {output.format or 'not comparable'}{shape}{spread}", markup=False)
     if result.redactions:
         console.print(f"[yellow]redacted[/] {len(result.redactions)} value(s), written nowhere in full:")

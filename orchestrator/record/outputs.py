@@ -26,6 +26,8 @@ class ObservedOutput:
     is_ids: bool = False  # a JSON list of strings: the identifiers of another output's rows
     #: Measured over the reruns: {"runs": N, "max_abs": x, "min_cosine": y, "identical": bool}
     spread: dict[str, object] = field(default_factory=dict)
+    #: Measured by `--vary NAME=v1,v2`: one rerun per setting, keyed "NAME=value", same keys as `spread`.
+    varied: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 def observe_output(path: Path, relative: str) -> ObservedOutput:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -48,6 +49,8 @@ class RecordRequest:
     backend_version: str | None = None
     base_image: str | None = None
     repeat: int = 0
+    #: `--vary NAME=v1,v2`: one rerun per value with NAME set in the command's environment (parse_vary).
+    vary: tuple[tuple[str, tuple[str, ...]], ...] = ()
     name: str | None = None
     entrypoint: str | None = None
     #: A reference that ran in a container: the environment is read inside this image (record/image.py).
@@ -107,10 +110,21 @@ def _platform(request: RecordRequest, torch: dict[str, Any]) -> tuple[Platform, 
     return "cpu", None
 
 
-def _run_command(argv: list[str], cwd: Path, timeout: int) -> float:
+def parse_vary(text: str) -> tuple[str, tuple[str, ...]]:
+    """`NAME=v1,v2` as (NAME, (v1, v2)); a user error names the option and the form."""
+    name, equals, values = text.partition("=")
+    chosen = tuple(v.strip() for v in values.split(",") if v.strip())
+    if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or not chosen:
+        raise BadInput(
+            f"--vary {text!r}: give NAME=VALUE[,VALUE…], an environment variable and its values, e.g. OMP_NUM_THREADS=1,2"
+        )
+    return name, chosen
+
+
+def _run_command(argv: list[str], cwd: Path, timeout: int, env: dict[str, str] | None = None) -> float:
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout)
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise BadInput(f"the reference command ran for more than {timeout} s on a rerun") from None
     except FileNotFoundError:
@@ -140,9 +154,9 @@ def record_reference(request: RecordRequest) -> RecordResult:
 
     if request.image is None and request.python is None:
         raise BadInput("give --python (the reference venv's bin/python) or --image REF (the image it ran in)")
-    if request.image is not None and request.repeat:
+    if request.image is not None and (request.repeat or request.vary):
         raise BadInput(
-            "--repeat with --image: reruns inside the image are not implemented yet; record from inside the "
+            "--repeat or --vary with --image: reruns inside the image are not implemented yet; record from inside the "
             "container with --python to measure the spread, or leave --repeat out"
         )
     home = os.environ.get("HOME", "")
@@ -214,14 +228,26 @@ def record_reference(request: RecordRequest) -> RecordResult:
 
         run_argv = [str(request.python or "python") if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
         durations: list[float] = []
-        for _ in range(request.repeat):
+        varied_seconds: dict[str, float] = {}
+        # The --repeat reruns first (spread under the reference's own settings), then one per --vary value.
+        settings: list[tuple[str, str] | None] = [None] * request.repeat
+        settings += [(name, value) for name, values in request.vary for value in values]
+        for setting in settings:
             with tempfile.TemporaryDirectory(prefix="orch-record-rerun-") as rerun:
                 rerun_map = [Mapped(str(request.outputs), rerun), Mapped(str(request.outputs.resolve()), rerun)]
                 command = [run_argv[0], *container_command(run_argv, rerun_map)[1:]]
-                durations.append(_run_command(command, request.code, timeout=3600))
+                env = None if setting is None else {**os.environ, setting[0]: setting[1]}
+                seconds = _run_command(command, request.code, timeout=3600, env=env)
+                if setting is None:
+                    durations.append(seconds)
+                else:
+                    varied_seconds[f"{setting[0]}={setting[1]}"] = seconds
                 for output in outputs:
                     spread = measure_spread(staging / "reference" / output.file, Path(rerun) / output.file, output)
-                    merge_spread(output.spread, spread)
+                    into = (
+                        output.spread if setting is None else output.varied.setdefault(f"{setting[0]}={setting[1]}", {})
+                    )
+                    merge_spread(into, spread)
 
         code = redactor.value(code_revision(request.code), "code")
         environ = image.environment if image is not None else os.environ
@@ -241,7 +267,10 @@ def record_reference(request: RecordRequest) -> RecordResult:
         _write_json(staging / "record" / "environment.json", environment)
         _write_json(staging / "record" / "code.json", code)
         _write_json(staging / "record" / "outputs.json", [vars(o) for o in outputs])
-        _write_json(staging / "record" / "runs.json", {"reruns": request.repeat, "seconds": durations})
+        _write_json(
+            staging / "record" / "runs.json",
+            {"reruns": request.repeat, "seconds": durations, "varied_seconds": varied_seconds},
+        )
         (staging / "record" / "pip-freeze.txt").write_text("".join(f"{line}\n" for line in freeze), encoding="utf-8")
         header = "# Every distribution of the reference environment, at the version it ran.\n"
         header += "# `orch lock dossier.yaml` computes requirements.lock from this file for the dossier's target.\n"
@@ -253,7 +282,7 @@ def record_reference(request: RecordRequest) -> RecordResult:
         local = str(torch.get("version") or "").partition("+")[2]
         if torch.get("importable") and local:
             torch_index = vendor.torch_index_url(local)
-        timeout = max(60, int(10 * max(durations, default=6.0)))
+        timeout = max(60, int(10 * max([*durations, *varied_seconds.values()], default=6.0)))
         document = draft_document(
             name=request.name or identifier(request.code.resolve().name),
             entrypoint=entrypoint,

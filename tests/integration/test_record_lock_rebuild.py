@@ -21,8 +21,8 @@ TORCH_WHEELS = Path("/opt/wheels")
 TINY = EXAMPLES / "tiny-embeddings"
 
 
-@pytest.mark.slow
-def test_recorded_reference_locks_and_rebuilds(engine: Engine, base_image: BaseOutcome, tmp_path: Path) -> None:
+def _reference_run(tmp_path: Path) -> tuple[Path, Path, Path, Path, str]:
+    """The tiny-embeddings reference run in a venv of its own: (python, app, data, outputs, command)."""
     if not any(TORCH_WHEELS.glob("torch-2.13.0+cpu-*.whl")):
         pytest.skip("this host has no local torch 2.13.0+cpu wheel (/opt/wheels); torch's index is not reachable")
     venv = tmp_path / "venv"
@@ -38,6 +38,31 @@ def test_recorded_reference_locks_and_rebuilds(engine: Engine, base_image: BaseO
     outputs = tmp_path / "outputs"
     command = f"python embed.py --input {data}/sample.jsonl --output {outputs} --dim 16 --buckets 2048 --seed 0"
     subprocess.run([str(python), *command.split()[1:]], cwd=app, check=True, capture_output=True)
+    return python, app, data, outputs, command
+
+
+@pytest.mark.slow
+def test_vary_reruns_the_tiny_app_under_other_thread_counts(tmp_path: Path) -> None:
+    python, app, data, outputs, command = _reference_run(tmp_path)
+    draft = tmp_path / "draft"
+    recorded = orch(
+        "record", "--python", str(python), "--code", str(app), "--data", str(data / "sample.jsonl"),
+        "--outputs", str(outputs), "--command", command, "--out", str(draft), "--repeat", "1",
+        "--vary", "OMP_NUM_THREADS=1,2", "--base-image", "orch/debian-python:bookworm",
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stderr + recorded.stdout
+    embeddings = next(o for o in yaml.safe_load((draft / "dossier.yaml").read_text())["expect"]["outputs"])
+    justification = embeddings["compare"]["justification"]
+    assert justification.startswith("TO CONFIRM: measured, 1 rerun(s)")
+    for threads in ("1", "2"):
+        assert f"with OMP_NUM_THREADS={threads}: " in justification
+    # The seeded model gives the same numbers on every thread count: the proposal is the spread seen, 0.
+    assert "the largest spread seen (0)" in justification and embeddings["compare"]["max"] == 0.0
+
+
+@pytest.mark.slow
+def test_recorded_reference_locks_and_rebuilds(engine: Engine, base_image: BaseOutcome, tmp_path: Path) -> None:
+    python, app, data, outputs, command = _reference_run(tmp_path)
 
     draft = tmp_path / "draft"
     recorded = orch(
