@@ -41,6 +41,20 @@ else:
         out["cudnn"] = torch.backends.cudnn.version()
     except Exception as exc:
         out["cudnn"] = None
+    # MIOpen, ROCm's cuDNN, next to it: only a ROCm build has one (torch.version.hip set), and torch exposes its
+    # version under different names across releases; None when the build has none or tells none.
+    out["miopen"] = None
+    if out["hip"]:
+        for ask in (getattr(getattr(torch.backends, "miopen", None), "version", None),
+                    getattr(torch._C, "_miopen_version", None)):
+            if callable(ask):
+                try:
+                    found = ask()
+                except Exception:
+                    continue
+                if isinstance(found, (int, str)) and not isinstance(found, bool):
+                    out["miopen"] = found
+                    break
     try:
         out["arch_list"] = torch.cuda.get_arch_list()
     except Exception:
