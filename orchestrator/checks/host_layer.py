@@ -1,7 +1,8 @@
 """The host layer's checks, written once: used by the probe's host stage, host mode and `orch doctor`.
 
-`checks/host.py` holds the verdict (can this driver run that CUDA/ROCm, in words); this module turns a
-host's facts and an image's needs into that verdict and into the host stage's checks. Pure.
+`checks/cuda_verdict.py` (NVIDIA) and `checks/host.py` (ROCm) hold the verdicts (can this driver run that
+CUDA/ROCm, in words); this module turns a host's facts and an image's needs into that verdict and into the host
+stage's checks. Pure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from orchestrator.checks.amd_access import amd_access_findings
 from orchestrator.checks.arch_coverage import cuda_arch_coverage, rocm_arch_coverage
 from orchestrator.checks.cuda_verdict import needed_cuda, nvidia_host, nvidia_verdict
-from orchestrator.checks.host import cuda_verdict, gpu_datacenter, parse_require_cuda, rocm_verdict
+from orchestrator.checks.host import rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
 from orchestrator.model.host import CompatVerdict, HostFacts
@@ -75,25 +76,16 @@ def compat_verdict(platform: Platform, host: HostFacts, needs: ImageNeeds, *, cp
 
 
 def _cuda_compat(host: HostFacts, needs: ImageNeeds, cpu_variant: str | None) -> CompatVerdict:
-    """The NVIDIA verdict in the order failures happen (checks/cuda_verdict.py): Jetson, no driver, the container
-    toolkit's own NVIDIA_REQUIRE_CUDA check, the driver's reported CUDA, NVIDIA's table, forward compatibility.
-    A host without a driver keeps checks/host.py's wording, which offers the dossier's CPU variant."""
-    gpus = host.nvidia.gpus if host.nvidia else []
-    if host.nvidia is None and host.l4t_release is None:
-        return cuda_verdict(
-            needs.cuda,
-            parse_require_cuda(needs.require_cuda) if needs.require_cuda else None,
-            None,
-            datacenter_gpu=any(gpu_datacenter(gpu.name) for gpu in gpus),
-            image_has_compat_libs=needs.cuda_compat_libs,
-            cpu_variant=cpu_variant,
-        )
+    """The NVIDIA verdict in the order failures happen (checks/cuda_verdict.py): Jetson, no driver (offering the
+    dossier's CPU variant), the container toolkit's own NVIDIA_REQUIRE_CUDA check, the driver's reported CUDA,
+    NVIDIA's table, forward compatibility."""
     toolkit = nvidia_verdict(
         nvidia_host(host, host.l4t_release),
         needs.cuda,
         require_cuda=needs.require_cuda,
         image_has_compat_libs=needs.cuda_compat_libs,
         image_env=needs.env if needs.env else None,
+        cpu_variant=cpu_variant,
     )
     need = needed_cuda(needs.cuda, needs.require_cuda)
     return CompatVerdict(

@@ -130,6 +130,24 @@ def _evaluate_once(
     return False, assumed
 
 
+def required_cuda(expression: str | None) -> Version | None:
+    """The lowest CUDA an NVIDIA_REQUIRE_CUDA expression asks for through a `cuda>=X` condition, read with the same
+    split as `dsl_evaluate` (alternatives on spaces, conditions on commas): the alternatives are ORed, so the lowest
+    one suffices. `cuda>=12.4 brand=tesla,driver>=470,driver<471` → 12.4; no `cuda>=` condition → None.
+
+    This is what the image needs of the driver's CUDA; whether the toolkit accepts the host is `evaluate_require`."""
+    found: list[Version] = []
+    for alternative in (expression or "").split(" "):
+        for condition in alternative.split(","):
+            match = _RULE.match(condition)
+            if match is None or match.group(1).lower() != "cuda" or match.group(2) != ">=":
+                continue
+            version = parse_version(match.group(3))
+            if version is not None:
+                found.append(version)
+    return min(found) if found else None
+
+
 def unsatisfied_message(expression: str) -> str:
     """The toolkit's refusal text for an expression (dsl.c): it names the first space-separated token."""
     first = next((token for token in expression.split(" ") if token), expression)

@@ -58,7 +58,7 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus
     if dry_run:
         from orchestrator.pipeline.dry_run import dry_run_probe
 
-        click.echo(dry_run_probe(loaded, out, image, environ=os.environ), nl=False)
+        click.echo(dry_run_probe(loaded, out, image, environ=os.environ, gpus=gpus), nl=False)
         return
     console = make_console()
     with connect() as engine, console.status(f"probing {loaded.model.name}") as status:
@@ -181,7 +181,7 @@ def rebuild(
             no_cache=no_cache,
             network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         )
-        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir), nl=False)
+        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, gpus=gpus), nl=False)
         return
     rebuild_and_report(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network, gpus=gpus)
     if handover_dir is not None:

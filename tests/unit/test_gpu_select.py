@@ -125,3 +125,25 @@ def test_a_gpus_value_the_host_cannot_satisfy_is_bad_input(four_gpu_host: HostFa
     with pytest.raises(BadInput, match="GPU 9 does not exist"):
         gpu_selection("cuda", four_gpu_host, "device=9", {})
     assert gpu_selection("cpu", four_gpu_host, "device=9", {}) is None
+
+
+def test_the_dry_run_plan_shows_the_selected_gpus(four_gpu_host: HostFacts) -> None:
+    """`--dry-run` maps what the probe would map: `--gpus`, else the scheduler's allocation."""
+    from orchestrator.dossier.load import load_dossier
+    from orchestrator.model.build_record import CodeRef
+    from orchestrator.pipeline.dry_run import planned_build, rebuild_plan
+    from orchestrator.plan.describe import render_calls
+    from tests.paths import EXAMPLES
+
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier-cuda.yaml")
+    host = _cuda_host_with_runtime(four_gpu_host)
+    steps = planned_build(
+        loaded,
+        Path("/o"),
+        code=CodeRef(kind="folder", source="app", revision=None, dirty=False, dirty_diff_sha256=None, variant=None),
+        engine_labels={},
+    )
+    chosen = render_calls(rebuild_plan(loaded, steps, host, {}, gpus="device=1"))
+    assert "gpu mapping: GPU(s) 1 through the nvidia runtime (--gpus device=1)" in chosen
+    allocated = render_calls(rebuild_plan(loaded, steps, host, {}, environ={"CUDA_VISIBLE_DEVICES": "2,3"}))
+    assert "GPU(s) 2, 3 through the nvidia runtime (CUDA_VISIBLE_DEVICES=2,3 (scheduler allocation))" in allocated
