@@ -111,7 +111,10 @@ def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjec
         # The tag a user who is not the suite gets for this dossier (namespace `orch`, no ORCH_TAG_NAMESPACE).
         default = default_tag(load_dossier(dossier))
         try:
-            foreign.default_tags[default] = str(client.images.get(default).id)
+            held = client.images.get(default)
+            # Another test run's stand-in (it removes it when that run ends): not a user's image to guard.
+            if not str((held.labels or {}).get(OWNER_LABEL, "")).startswith("another-user-"):
+                foreign.default_tags[default] = str(held.id)
         except docker.errors.ImageNotFound:
             foreign.default_tags[default] = foreign_build(client, base, f"RUN echo {SESSION_ID} > /owner", tag=default)
             foreign.made_default_tags.append(default)
