@@ -6,7 +6,7 @@ them against the dossier's folder and checks they exist. Cross-field rules that 
 (torch ↔ CUDA/ROCm, Python ↔ base image) live in `coherence`, not here, so this module stays a plain
 description of the format that `orch schema` exports.
 
-Why one module of ~620 lines: it is the format's reference, section by section in the order a dossier
+Why one module of ~660 lines: it is the format's reference, section by section in the order a dossier
 is written, and `orch schema` exports it whole; split, a reader would chase one format across files.
 """
 
@@ -282,6 +282,42 @@ class ToolchainSpec(StrictModel):
     )
 
 
+class ExtensionCheck(StrictModel):
+    """The extension's own check, in the device stage after the minimal compute and before the sample.
+
+    orch imports the extension, calls `function` on seeded float32 inputs made on the device, calls
+    `reference` (a pure-PyTorch implementation in the code folder, 'module:function') on the same inputs,
+    and compares them element-wise: |observed - reference| <= atol + rtol * |reference|.
+    """
+
+    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = Field(
+        description="The operator's name in the extension module."
+    )
+    reference: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
+        description="The pure-PyTorch equivalent, 'module:function', importable from the code folder.",
+    )
+    inputs: list[list[Annotated[int, Field(ge=1, le=65_536)]]] = Field(
+        min_length=1,
+        max_length=16,
+        description="Shape of each input tensor (float32, normal values from a generator seeded with 0).",
+    )
+    rtol: float = Field(default=1e-5, ge=0)
+    atol: float = Field(default=1e-6, ge=0)
+    justification: str = Field(min_length=10, description="Why this tolerance fits: stated before the check runs.")
+
+    @field_validator("inputs")
+    @classmethod
+    def _small(cls, inputs: list[list[int]]) -> list[list[int]]:
+        for shape in inputs:
+            size = 1
+            for dim in shape:
+                size *= dim
+            if size > 16_777_216:
+                raise ValueError(f"input shape {shape} has more than 16,777,216 elements: a check is small")
+        return inputs
+
+
 class ExtensionSpec(StrictModel):
     """One compiled torch extension, built with torch.utils.cpp_extension from sources in the code folder."""
 
@@ -293,6 +329,9 @@ class ExtensionSpec(StrictModel):
     include_dirs: list[RelativePath] = Field(default_factory=list, description="Relative to the code folder.")
     cxx_flags: list[str] = Field(default_factory=list)
     nvcc_flags: list[str] = Field(default_factory=list)
+    check: ExtensionCheck | None = Field(
+        default=None, description="The extension's own device check against a pure-PyTorch implementation."
+    )
 
     @field_validator("sources", "include_dirs")
     @classmethod

@@ -7,17 +7,22 @@ import importlib.util
 import json
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from orchestrator.checks.extension import extension_check_lines
 from orchestrator.checks.image import extension_checks
 from orchestrator.dossier.load import dossier_identity, load_dossier
 from orchestrator.errors import DossierError
+from orchestrator.model.checks import Check
 from orchestrator.model.inventory import Inventory, parse_inventory
 from orchestrator.plan.build import default_build_network, make_plan
+from orchestrator.plan.extension_check import extension_check_spec
+from orchestrator.plan.specs import RunSpec
 from orchestrator.render.dockerfile import render_dockerfile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpp-extension"
@@ -181,3 +186,58 @@ def _load_probe() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_extension_check_runs_in_the_device_probes_container_with_the_dossiers_checks(folder: Path) -> None:
+    loaded = load_dossier(folder / "dossier.yaml")
+    device = RunSpec(image="img", command=["python"], environment={"A": "1"}, labels={"io.orch.probe": "device"})
+    spec = extension_check_spec(loaded, device)
+    assert spec is not None and spec.image == "img" and spec.labels["io.orch.probe"] == "extension-check"
+    (check,) = json.loads(spec.environment["ORCH_EXT_CHECKS"])
+    assert check == {
+        "name": "gate_ext",
+        "function": "gate",
+        "reference": "gate_reference:gate",
+        "inputs": [[256, 64], [256, 64]],
+        "rtol": 1e-5,
+        "atol": 1e-6,
+    }
+    assert spec.environment["A"] == "1" and "extension_check" not in " ".join(device.command)
+    without = loaded.model.model_copy(update={"build": None})
+    assert extension_check_spec(replace(loaded, model=without), device) is None
+
+
+def _lines(found: dict[str, object] | None, failure: str | None = None) -> list[Check]:
+    build = load_dossier(EXAMPLE / "dossier.yaml").model.build
+    assert build is not None
+    return extension_check_lines(build, found, failure)
+
+
+def test_the_extension_line_passes_within_the_tolerance_and_fails_beyond_it() -> None:
+    ok = {"name": "gate_ext", "device": "cpu", "max_abs_diff": 2.4e-7, "ok": True, "compiled_archs": None}
+    (line,) = _lines({"results": [ok]})
+    assert line.passed and line.name == "extension gate_ext: gate matches gate_reference:gate"
+    assert line.observed == "max |Δ| = 2.4e-07 on cpu"
+    (line,) = _lines({"results": [{**ok, "max_abs_diff": 0.5, "ok": False}]})
+    assert not line.passed and "0.5" in line.observed
+
+
+def test_a_missing_extension_names_itself_and_the_first_error() -> None:
+    missing = {"name": "gate_ext", "error": "import: ModuleNotFoundError: No module named 'gate_ext'"}
+    (line,) = _lines({"results": [missing]})
+    assert not line.passed
+    assert line.observed == "gate_ext: import: ModuleNotFoundError: No module named 'gate_ext'"
+    (line,) = _lines(None, "the probe exited 137: Killed")
+    assert not line.passed and line.observed == "the probe exited 137: Killed"
+
+
+def test_a_gpu_outside_the_compiled_archs_is_said_so() -> None:
+    failed = {
+        "name": "gate_ext",
+        "error": "run: RuntimeError: no kernel image is available",
+        "compiled_archs": ["sm_80"],
+    }
+    (line,) = _lines({"device_arch": "sm_90", "results": [failed]})
+    assert not line.passed and line.detail == "built for sm_80, this GPU is sm_90, no PTX"
+    (line,) = _lines({"device_arch": "sm_90", "results": [{**failed, "compiled_archs": ["sm_80", "compute_80"]}]})
+    assert line.detail == "built for sm_80, compute_80, this GPU is sm_90"

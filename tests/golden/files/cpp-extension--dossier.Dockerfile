@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'cpp-extension'.
-# Dossier identity: 8d86b3bcd235ad9786b1df6f4dcf8e6c96bebe83bb9bf2844c059b9f8ee51ab6
+# Dossier identity: 80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -49,7 +49,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="8d86b3bcd235ad9786b1df6f4dcf8e6c96bebe83bb9bf2844c059b9f8ee51ab6" \
+      io.orch.dossier.identity="80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5" \
       io.orch.dossier.name="cpp-extension" \
       io.orch.install.mode="wheelhouse" \
       io.orch.platform="cpu" \
