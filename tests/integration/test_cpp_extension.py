@@ -20,6 +20,7 @@ from tests.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "cpp-extension"
 CHECK = "extension gate_ext in the image"
+LINE = "extension gate_ext: gate matches gate_reference:gate"
 
 
 def _read_build(out: Path) -> BuildRecord:
@@ -44,7 +45,13 @@ def test_the_example_passes_four_stages_and_records_its_toolchain(rebuilt: Path)
     assert (inventory.extensions.toolchain["gcc"] or "").startswith("gcc-12 (Debian 12.")
     (artefact,) = inventory.extensions.artefacts
     assert artefact.sha256 == artefact.recorded_sha256 and artefact.file.startswith("gate_ext.")
-    assert CHECK in (rebuilt / "report.md").read_text()
+    device = report.stage("device").checks
+    names = [check.name for check in device]
+    # its own line, after the minimal compute (matmul, conv2d) and passed
+    assert names[-1] == LINE and any(name.startswith("conv2d") for name in names[:-1])
+    assert device[-1].passed and device[-1].observed.endswith("on cpu")
+    markdown = (rebuilt / "report.md").read_text()
+    assert CHECK in markdown and "gate_ext: gate matches" in markdown
 
 
 def test_the_runtime_image_contains_no_compiler(engine: Engine, rebuilt: Path) -> None:
@@ -77,10 +84,13 @@ def test_removing_the_built_object_fails_exactly_the_extension_line(
     assert outcome.image_id is not None, outcome.log[-2000:]
     result = orch("probe", str(EXAMPLE / "dossier.yaml"), "--image", tag, "--out", str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
-    image = read_report(tmp_path / "out" / "report.json").stage("image")
-    failed = [check for check in image.checks if not check.passed]
+    report = read_report(tmp_path / "out" / "report.json")
+    failed = [check for check in report.stage("image").checks if not check.passed]
     assert [check.name for check in failed] == [CHECK]
     assert failed[0].observed == "missing"
+    failed = [check for check in report.stage("device").checks if not check.passed]
+    assert [check.name for check in failed] == [LINE]
+    assert failed[0].observed.startswith("gate_ext: import: ModuleNotFoundError")
 
 
 @pytest.mark.slow
@@ -106,9 +116,7 @@ def test_a_toolchain_change_rebuilds_from_the_toolchain_step_and_is_read_from_th
 
 
 @pytest.mark.slow
-def test_a_changed_kernel_line_fails_the_sample_against_the_pure_pytorch_reference(
-    engine: Engine, rebuilt: Path, tmp_path: Path
-) -> None:
+def test_a_changed_kernel_line_fails_exactly_the_extension_check(engine: Engine, rebuilt: Path, tmp_path: Path) -> None:
     example = tmp_path / "cpp-extension"
     shutil.copytree(EXAMPLE, example)
     kernel = example / "app" / "csrc" / "gate.cpp"
@@ -117,5 +125,6 @@ def test_a_changed_kernel_line_fails_the_sample_against_the_pure_pytorch_referen
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     report = read_report(tmp_path / "out" / "report.json")
     assert report.stage("image").status == "passed"
-    sample = report.stage("sample")
-    assert sample.first_error is not None and "gated" in sample.first_error.step
+    failed = [check for check in report.stage("device").checks if not check.passed]
+    assert [check.name for check in failed] == [LINE]
+    assert "gate_ext" in (tmp_path / "out" / "report.md").read_text()

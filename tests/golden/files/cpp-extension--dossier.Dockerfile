@@ -24,7 +24,7 @@ RUN apt-get update \
 COPY orch/extensions.json orch/build_extensions.py /tmp/orch/
 COPY app/csrc/gate.cpp /tmp/orch/ext-src/csrc/gate.cpp
 # The extensions, built with torch.utils.cpp_extension; only /opt/orch/ext reaches the final image.
-RUN CC="gcc-12" CXX="g++-12" MAX_JOBS="2" \
+RUN PYTHONDONTWRITEBYTECODE=1 CC="gcc-12" CXX="g++-12" MAX_JOBS="2" \
       /opt/venv/bin/python /tmp/orch/build_extensions.py /tmp/orch/extensions.json /tmp/orch/ext-src /opt/orch/ext
 
 # ---- final image: runtime OS packages, the venv, the code ----
@@ -44,7 +44,8 @@ ENV CUDA_VISIBLE_DEVICES=""
 COPY app /opt/app
 # The built extensions (gate_ext) and their record; no compiler comes with them.
 COPY --from=builder /opt/orch/ext /opt/orch/ext
-ENV PYTHONPATH=/opt/orch/ext
+# A .pth line puts them on every interpreter's path (the sample's PYTHONPATH is orch's probe site).
+COPY orch/orch-extensions.pth /opt/venv/lib/python3.11/site-packages/orch-extensions.pth
 WORKDIR /opt/app
 USER 10001:10001
 
