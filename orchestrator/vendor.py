@@ -1,4 +1,6 @@
-"""Typed views over the vendor data tables in `orchestrator/data/` (torch ↔ backend, CUDA ↔ driver, base images).
+"""Typed views over the vendor data tables in `orchestrator/data/` (torch ↔ backend, base images).
+
+The CUDA ↔ driver table (`cuda_driver.json`) has one reader, the NVIDIA verdict (`checks/require_cuda.py`).
 
 The facts live in JSON with their sources noted; this module only reads them. Nothing here decides
 policy: the dossier's coherence checks and the renderer ask these questions.
@@ -38,13 +40,6 @@ class BaseImageInfo:
     #: "apt": the template installs pythonX.Y with the image's apt; "image": the image already has it.
     python_source: Literal["apt", "image"]
     default: bool
-
-
-@dataclass(frozen=True)
-class CudaDriverRequirement:
-    toolkit: str
-    minor_compat: str
-    bundled: str
 
 
 @cache
@@ -114,12 +109,3 @@ def find_base_image(ref: str) -> BaseImageInfo | None:
         if image.ref == bare:
             return image
     return None
-
-
-@cache
-def cuda_driver_requirements() -> dict[str, CudaDriverRequirement]:
-    raw = data_json("cuda_driver.json")["toolkits"]
-    return {
-        toolkit: CudaDriverRequirement(toolkit=toolkit, minor_compat=row["minor_compat"], bundled=row["bundled"])
-        for toolkit, row in raw.items()
-    }

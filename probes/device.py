@@ -8,11 +8,15 @@ torch.version.cuda and torch.version.hip are recorded separately: on ROCm, torch
 torch.cuda too, so the API name proves nothing.
 """
 
+import contextlib
 import glob
 import json
 import os
 import platform
+import sys
+import tempfile
 import time
+import warnings
 
 PROBE_VERSION = 1
 # Tolerances for device vs CPU results (float32, TF32 off): a few ulps of accumulated rounding over a
@@ -86,7 +90,53 @@ def _compute(torch, device):
     return result
 
 
+#: How much of what torch and the CUDA/HIP runtimes wrote to stderr the report keeps (its end).
+STDERR_KEEP = 8000
+
+
+class _Stderr:
+    """What torch and the CUDA/HIP runtimes write to file descriptor 2 while the probe runs (C++ warnings, HIP
+    errors), kept for the report and written back to stderr afterwards so nothing is lost."""
+
+    def __enter__(self):
+        self.text = ""
+        try:
+            sys.stderr.flush()
+            self.file = tempfile.TemporaryFile()
+            self.saved = os.dup(2)
+            os.dup2(self.file.fileno(), 2)
+        except OSError:
+            self.file = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.file is None:
+            return False
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        raw = self.file.read()
+        self.file.close()
+        self.text = raw.decode("utf-8", "replace")
+        os.write(2, raw)
+        return False
+
+
 def main():
+    # torch reports a too-old driver, a GPU it has no kernels for and a failed CUDA init as warnings or on
+    # stderr ("The NVIDIA driver on your system is too old (found version 11040)"): keep both in the JSON,
+    # where orch's failure catalogue explains them.
+    with warnings.catch_warnings(record=True) as caught, _Stderr() as err:
+        warnings.simplefilter("always")
+        report = _probe()
+    report["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught][:50]
+    report["stderr"] = err.text[-STDERR_KEEP:]
+    print(json.dumps(report))
+
+
+def _probe():
     expect = json.loads(os.environ.get("ORCH_PROBE_EXPECT") or "{}")
     report = {
         "probe": "device",
@@ -100,8 +150,7 @@ def main():
         import torch
     except Exception as exc:
         report["torch_error"] = f"{type(exc).__name__}: {exc}"
-        print(json.dumps(report))
-        return
+        return report
     report["torch"] = {
         "version": torch.__version__,
         "cuda": torch.version.cuda,
@@ -155,7 +204,7 @@ def main():
         report["compute"] = _compute(torch, "cpu")
     elif available and count:
         report["compute"] = _compute(torch, "cuda:0")
-    print(json.dumps(report))
+    return report
 
 
 def _arch_supported(arch_list, capability, gcn_arch, is_hip):

@@ -110,6 +110,20 @@ def _torch_versions():
     return None
 
 
+def _torch_arch_list(torch_versions):
+    """torch's compiled GPU targets without a GPU (torch._C._cuda_getArchFlags, what get_arch_list returns once a
+    device is there), in a child process so the inventory itself never imports torch; [] for CPU builds."""
+    if not torch_versions or not (torch_versions.get("cuda") or torch_versions.get("hip")):
+        return []
+    code = "import torch;f=torch._C._cuda_getArchFlags();print(' '.join((f or '').split()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = done.stdout.strip().splitlines()
+    return lines[-1].split() if done.returncode == 0 and lines else []
+
+
 def backend_section():
     cuda_json = _read("/usr/local/cuda/version.json")
     cuda_toolkit = None
@@ -125,12 +139,14 @@ def backend_section():
     compat = sorted(glob.glob("/usr/local/cuda/compat/libcuda.so.*")) + sorted(
         glob.glob("/usr/local/cuda-*/compat/libcuda.so.*")
     )
+    torch_versions = _torch_versions()
     return {
         "cuda_toolkit": cuda_toolkit,
         "rocm": rocm,
         "env": env,
-        "torch": _torch_versions(),
+        "torch": torch_versions,
         "cuda_compat_libs": compat,
+        "torch_arch_list": _torch_arch_list(torch_versions),
     }
 
 

@@ -15,6 +15,13 @@ dossier_argument = click.argument("dossier", type=click.Path(path_type=Path))
 variant_option = click.option(
     "--variant", metavar="NAME", default=None, help="Use a variant declared in the dossier (e.g. cpu)."
 )
+gpus_option = click.option(
+    "--gpus",
+    metavar="GPUS",
+    default=None,
+    help="GPUs to map: all, a count N, device=0,2, a GPU- or MIG- UUID (default: the scheduler's allocation in "
+    "CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS / ROCR_VISIBLE_DEVICES, else all).",
+)
 dry_run_option = click.option(
     "--dry-run",
     is_flag=True,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, variant_option
+from orchestrator.cli.dossier_cmds import dossier_argument, gpus_option, variant_option
 
 
 @click.command()
@@ -53,7 +54,8 @@ def handover(dossier: Path, out: Path, source: Path | None, variant: str | None)
     default=None,
     help="Where the replayed report goes, outside FOLDER (default: FOLDER.verify).",
 )
-def verify(folder: Path, out: Path | None) -> None:
+@gpus_option
+def verify(folder: Path, out: Path | None, gpus: str | None) -> None:
     """Replay a hand-over folder: check its files and image tarball, load the image untagged, probe again, compare."""
     from rich.table import Table
 
@@ -74,7 +76,13 @@ def verify(folder: Path, out: Path | None) -> None:
         checked = check_handover(folder)
     with connect() as engine, console.status("verifying") as status:
         result = verify_handover(
-            folder, engine, target, on_stage=lambda s: status.update(f"verify: {s}"), checked=checked
+            folder,
+            engine,
+            target,
+            on_stage=lambda s: status.update(f"verify: {s}"),
+            checked=checked,
+            gpus=gpus,
+            environ=dict(os.environ),
         )
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for column in ("layer", "shipped", "replayed", "verdict"):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, variant_option
+from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, gpus_option, variant_option
 
 if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from rich.console import Console
@@ -44,8 +45,9 @@ def _finish(report_out: Path, report: Report) -> None:
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
 @click.option("--image", default=None, help="Image to probe (default: the one `orch build` made for this dossier).")
 @variant_option
+@gpus_option
 @dry_run_option
-def probe(dossier: Path, out: Path, image: str | None, variant: str | None, dry_run: bool) -> None:
+def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus: str | None, dry_run: bool) -> None:
     """Probe an image layer by layer: image, host driver, device visibility, sample results."""
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
@@ -54,18 +56,16 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, dry_
 
     loaded = load_dossier(dossier, variant=variant)
     if dry_run:
-        import os
-
         from orchestrator.pipeline.dry_run import dry_run_probe
 
-        click.echo(dry_run_probe(loaded, out, image, environ=os.environ), nl=False)
+        click.echo(dry_run_probe(loaded, out, image, environ=os.environ, gpus=gpus), nl=False)
         return
     console = make_console()
     with connect() as engine, console.status(f"probing {loaded.model.name}") as status:
         report = run_probe(
             loaded,
             engine,
-            ProbeOptions(out=out, image=image),
+            ProbeOptions(out=out, image=image, gpus=gpus, environ=dict(os.environ)),
             on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
         )
     _finish(out, report)
@@ -107,7 +107,13 @@ class _RebuildView:
 
 
 def rebuild_and_report(
-    loaded: LoadedDossier, out: Path, *, ca_bundle: Path | None, no_cache: bool, network: str | None = None
+    loaded: LoadedDossier,
+    out: Path,
+    *,
+    ca_bundle: Path | None,
+    no_cache: bool,
+    network: str | None = None,
+    gpus: str | None = None,
 ) -> Report:
     """`orch rebuild` on the console: the pipeline, the report written, a failed verdict raised (exit 1)."""
     from orchestrator.cli.console import make_console
@@ -122,7 +128,7 @@ def rebuild_and_report(
         network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
     )
     with connect() as engine, _RebuildView(make_console(), loaded.model.name, out) as view:
-        report = run_rebuild(loaded, engine, options, hooks=view.hooks())
+        report = run_rebuild(loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ))
     _finish(out, report)
     return report
 
@@ -148,6 +154,7 @@ def rebuild_and_report(
     default=None,
     help="Also write a hand-over folder here when the report passed.",
 )
+@gpus_option
 @dry_run_option
 def rebuild(
     dossier: Path,
@@ -157,6 +164,7 @@ def rebuild(
     no_cache: bool,
     network: str | None,
     handover_dir: Path | None,
+    gpus: str | None,
     dry_run: bool,
 ) -> None:
     """The whole sequence in one command: build the image, probe it, write the report (and the hand-over)."""
@@ -164,8 +172,6 @@ def rebuild(
 
     loaded = load_dossier(dossier, variant=variant)
     if dry_run:
-        import os
-
         from orchestrator.pipeline.dry_run import dry_run_rebuild
         from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
 
@@ -175,9 +181,9 @@ def rebuild(
             no_cache=no_cache,
             network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         )
-        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir), nl=False)
+        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, gpus=gpus), nl=False)
         return
-    rebuild_and_report(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network)
+    rebuild_and_report(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network, gpus=gpus)
     if handover_dir is not None:
         from orchestrator.cli.console import make_console
         from orchestrator.engine import connect
@@ -193,18 +199,65 @@ def rebuild(
 @click.argument("dossier", required=False, type=click.Path(path_type=Path))
 @variant_option
 @click.option("--json", "as_json", is_flag=True, help="Print the host facts as JSON.")
-def doctor(dossier: Path | None, variant: str | None, as_json: bool) -> None:
+@gpus_option
+@click.option(
+    "--capture",
+    "capture_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Also write every raw output orch reads on this host into this (empty) folder, to send or to read "
+    "back with --from; nothing secret is captured.",
+)
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Diagnose a captured host (a folder written by --capture) instead of this one.",
+)
+def doctor(
+    dossier: Path | None,
+    variant: str | None,
+    as_json: bool,
+    gpus: str | None,
+    capture_dir: Path | None,
+    from_dir: Path | None,
+) -> None:
     """Diagnose this host: GPU driver, the daemon's GPU support, and whether it can run a dossier's image on its GPU."""
+    from orchestrator.checks.failures import explanations_for_report
     from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_doctor
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
-    from orchestrator.errors import VerdictFailed
+    from orchestrator.errors import BadInput, VerdictFailed
+    from orchestrator.host.capture import CaptureError, facts_from_capture, read_capture, write_capture
     from orchestrator.pipeline.doctor import diagnose
 
+    if capture_dir is not None and from_dir is not None:
+        raise BadInput("--capture and --from: choose one (capture this host, or read a capture)")
     loaded = load_dossier(dossier, variant=variant) if dossier else None
-    with connect() as engine:
-        diagnosis = diagnose(engine, loaded)
+    if from_dir is not None:
+        try:
+            capture = read_capture(from_dir)
+        except CaptureError as error:
+            raise BadInput(str(error)) from error
+        facts = facts_from_capture(capture)
+        diagnosis = diagnose(None, loaded, host_facts=lambda _info: facts, gpus=gpus, environ=capture.env)
+        explained = explanations_for_report(dict(capture.logs()))
+        diagnosis = diagnosis.model_copy(update={"explanations": explained})
+    else:
+        if capture_dir is not None:
+            try:
+                manifest = write_capture(capture_dir)
+            except CaptureError as error:
+                raise BadInput(str(error)) from error
+            click.echo(
+                f"wrote the host capture {capture_dir}: {len(manifest['commands'])} commands, "
+                f"{len(manifest['files'])} files (read it anywhere: orch doctor --from {capture_dir})",
+                err=True,
+            )
+        with connect() as engine:
+            diagnosis = diagnose(engine, loaded, gpus=gpus, environ=dict(os.environ))
     if as_json:
         click.echo(diagnosis.model_dump_json(indent=2))
     else:

@@ -99,6 +99,11 @@ def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
         )
     for note in host.notes:
         console.print(f"  [dim]{escape(note)}[/]")
+    if host.l4t_release:
+        console.print(f"jetson   L4T {escape(host.l4t_release)}")
+    for found in diagnosis.explanations:
+        console.print(f"[yellow]![/] {escape(found['seen_in'])}: [{escape(found['layer'])}] {escape(found['cause'])}")
+        console.print(f"  next: {escape(found['next_step'])}")
     if diagnosis.dossier:
         mark = "[green]✓ yes[/]" if diagnosis.can_run else "[red]✗ no[/]"
         console.print(f"\ncan this host run {escape(diagnosis.dossier)} ({diagnosis.platform}) on its GPU? {mark}")

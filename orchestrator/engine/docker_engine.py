@@ -317,7 +317,11 @@ class DockerEngine:
             for mount in spec.mounts
         }
         device_requests = []
-        if spec.nvidia_gpus:
+        if spec.nvidia_device_ids:
+            device_requests.append(
+                docker.types.DeviceRequest(device_ids=list(spec.nvidia_device_ids), capabilities=[["gpu"]])
+            )
+        elif spec.nvidia_gpus:
             device_requests.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
         if spec.cdi_devices:
             device_requests.append(docker.types.DeviceRequest(driver="cdi", device_ids=list(spec.cdi_devices)))

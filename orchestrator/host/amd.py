@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import AmdDriverFacts, AmdGpu
+from orchestrator.resources import data_json
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE_VERSION = "sys/module/amdgpu/version"
@@ -111,16 +113,72 @@ def is_kernel_release(version: str, kernel: str | None = None) -> bool:
     return version == kernel or not _DKMS_VERSION.match(version)
 
 
+@dataclass(frozen=True)
+class RocminfoAgent:
+    name: str
+    device_type: str | None
+    node: int | None
+    chip_id: int | None
+
+
+_ROCMINFO_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z .]*?):\s*(.*?)\s*$")
+_CHIP_ID = re.compile(r"^(\d+)")
+
+
+def parse_rocminfo_agents(text: str) -> list[RocminfoAgent]:
+    """The HSA agents `rocminfo` lists ("Agent N" blocks: Name, Device Type, Node, Chip ID). Markdown-escaped
+    copies (`\\*\\*\\*`) read the same. Only the agent's own top-level fields are read, not its ISA/pool sections."""
+    agents: list[RocminfoAgent] = []
+    # A paste may start inside an agent block (no "Agent N" line above it): its fields still form an agent.
+    current: dict[str, str] = {}
+    for raw in text.replace("\\*", "*").replace("\\=", "=").splitlines():
+        line = raw.rstrip()
+        if re.match(r"^\s*Agent \d+\s*$", line):
+            if current:
+                agents.append(_agent(current))
+            current = {}
+            continue
+        match = _ROCMINFO_FIELD.match(line)
+        if match and match.group(1) in ("Name", "Device Type", "Node", "Chip ID") and match.group(1) not in current:
+            current[match.group(1)] = match.group(2)
+    if current:
+        agents.append(_agent(current))
+    return agents
+
+
+def _agent(fields: dict[str, str]) -> RocminfoAgent:
+    node = fields.get("Node", "")
+    chip = _CHIP_ID.match(fields.get("Chip ID", ""))
+    return RocminfoAgent(
+        name=fields.get("Name", ""),
+        device_type=fields.get("Device Type"),
+        node=int(node) if node.isdigit() else None,
+        chip_id=int(chip.group(1)) if chip else None,
+    )
+
+
+def rocminfo_gpus(agents: list[RocminfoAgent]) -> list[RocminfoAgent]:
+    """GPU agents: Device Type GPU, or (in copies that lost that line) a gfx ISA name."""
+    return [a for a in agents if a.device_type == "GPU" or (a.device_type is None and a.name.startswith("gfx"))]
+
+
 # -------------------------------------------------------------------------------------------- collector
 
 
-def collect_amd(root: Path = Path("/"), run: Runner = subprocess_runner) -> tuple[AmdDriverFacts | None, list[str]]:
-    """The host's AMD GPUs and ROCm stack; (None, notes) when KFD lists no AMD GPU."""
+def collect_amd(
+    root: Path = Path("/"), run: Runner = subprocess_runner, rocminfo_fallback: bool = False
+) -> tuple[AmdDriverFacts | None, list[str]]:
+    """The host's AMD GPUs and ROCm stack; (None, notes) when KFD lists no AMD GPU.
+
+    `rocminfo_fallback`: read the GPUs from `rocminfo` when KFD lists none (a capture that holds only the
+    tool's output); off on a live host, where no KFD means no GPU a container could reach."""
     notes: list[str] = []
     gpus = kfd_gpus(root)
     if not gpus:
         notes.append(f"AMD: no GPU node in the KFD topology (/{KFD_NODES})")
-        return None, notes
+        gpus = _gpus_from_rocminfo(run, notes) if rocminfo_fallback else []
+        if not gpus:
+            return None, notes
     kernel = _read_line(root / KERNEL_RELEASE)
     driver = _read_line(root / AMDGPU_MODULE_VERSION)
     source: AmdSource = "sysfs" if driver else "kfd"
@@ -161,6 +219,22 @@ def _ask_smi_tools(
     return driver, rocm, source
 
 
+def _gpus_from_rocminfo(run: Runner, notes: list[str]) -> list[AmdGpu]:
+    """GPUs from `rocminfo` when the KFD topology is not readable (a container without /sys/class/kfd, or a
+    capture of the tool's output only). Asked only when rocminfo exists; its absence is not noted twice."""
+    answer = run_tool(run, ["rocminfo"])
+    if answer.stdout is None:
+        return []
+    found = [
+        AmdGpu(node=agent.node if agent.node is not None else position, gfx_target=agent.name, device_id=agent.chip_id)
+        for position, agent in enumerate(rocminfo_gpus(parse_rocminfo_agents(answer.stdout)))
+        if agent.name.startswith("gfx")
+    ]
+    if found:
+        notes.append(f"AMD: {len(found)} GPU(s) read from rocminfo instead")
+    return found
+
+
 def kfd_gpus(root: Path) -> list[AmdGpu]:
     """The AMD GPU nodes of the KFD topology, in node order; CPU nodes (gfx_target_version 0) left out."""
     nodes = root / KFD_NODES
@@ -178,10 +252,30 @@ def kfd_gpus(root: Path) -> list[AmdGpu]:
     return gpus
 
 
-def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> AmdGpu | None:
+@cache
+def legacy_gfx_targets() -> dict[int, str]:
+    """PCI device id → gfx target for KFD nodes without `gfx_target_version` (data/amd_gpu_ids.json, libhsakmt's
+    gfxip_lookup_table)."""
+    raw: dict[str, dict[str, str]] = data_json("amd_gpu_ids.json")["devices"]
+    return {int(key, 16): entry["gfx_target"] for key, entry in raw.items()}
+
+
+def kfd_gfx_target(properties: dict[str, int | str]) -> str | None:
+    """The node's gfx target: from `gfx_target_version` when KFD publishes it; on older kernels (no such
+    property) from the device id, if the node is a GPU (simd_count > 0) of a known device. None for CPU nodes."""
     target = properties.get("gfx_target_version")
+    if isinstance(target, int):
+        return gfx_name(target) if target > 0 else None
+    simds, device = properties.get("simd_count"), properties.get("device_id")
+    if isinstance(simds, int) and simds > 0 and isinstance(device, int):
+        return legacy_gfx_targets().get(device)
+    return None
+
+
+def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> AmdGpu | None:
+    target = kfd_gfx_target(properties)
     vendor = properties.get("vendor_id")
-    if not isinstance(target, int) or target == 0:
+    if target is None:
         return None
     if isinstance(vendor, int) and vendor not in (0, AMD_VENDOR_ID):
         return None  # KFD only lists AMD agents today; a foreign vendor id is not ours to describe
@@ -189,7 +283,7 @@ def _kfd_gpu(node: int, properties: dict[str, int | str], node_dir: Path) -> Amd
     unique = properties.get("unique_id")
     return AmdGpu(
         node=node,
-        gfx_target=gfx_name(target),
+        gfx_target=target,
         vendor_id=vendor if isinstance(vendor, int) else None,
         device_id=device if isinstance(device, int) else None,
         unique_id=str(unique) if unique not in (None, 0, "") else None,

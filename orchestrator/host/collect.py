@@ -9,7 +9,7 @@ from pathlib import Path
 from orchestrator.engine import EngineInfo
 from orchestrator.host.amd import collect_amd
 from orchestrator.host.docker_gpu import collect_docker_gpu
-from orchestrator.host.nvidia import collect_nvidia
+from orchestrator.host.nvidia import collect_nvidia, read_l4t_release
 from orchestrator.host.tools import Runner, subprocess_runner
 from orchestrator.model.host import CpuFacts, DockerGpuFacts, HostFacts
 
@@ -45,6 +45,7 @@ def collect_host_facts(
         video_gid=gids.get("video"),
         render_gid=gids.get("render"),
         cpu=cpu,
+        l4t_release=read_l4t_release(root),
         notes=notes,
     )
 

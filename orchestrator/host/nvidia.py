@@ -34,7 +34,15 @@ PROC_DRIVER_VERSION = "proc/driver/nvidia/version"
 # A pattern anchored on "Kernel Module\s+" would miss the open module (gpu-domain §9, gotcha 1).
 _PROC_VERSION = re.compile(r"Module\b.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)")
 _DRIVER_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)*$")
-_BANNER_CUDA = re.compile(r"CUDA Version:\s*(\d+\.\d+)")
+# The banner's header: "Driver Version: 550.54.15  CUDA Version: 12.4" until R610, which renamed both
+# ("KMD Version: 610.43.02  CUDA UMD Version: 13.3"; nvidia-smi docs: "deprecated Driver Version and CUDA Version
+# in favor of KMD Version and CUDA UMD Version"). `nvidia-smi -q` prints the same keys as "Key : value" lines.
+_BANNER_CUDA = re.compile(r"CUDA (?:UMD )?Version\s*:\s*(\d+\.\d+)")
+_BANNER_DRIVER = re.compile(r"(?:Driver|KMD) Version\s*:\s*(\d+\.\d+(?:\.\d+)*)")
+# Jetson: /etc/nv_tegra_release reads "# R35 (release), REVISION: 3.1, GCID: …, BOARD: t186ref, EABI: aarch64 …"
+# and its kernel module reports the L4T release (35.3.1) where a desktop driver reports 550.54.15.
+_TEGRA_RELEASE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*(\d+(?:\.\d+)*)")
+TEGRA_RELEASE_FILE = "etc/nv_tegra_release"
 # nvidia-smi's spellings of "no value": "[N/A]", "[Not Supported]", "N/A", and "[Unknown Error]" and kin.
 _NO_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)
 
@@ -63,9 +71,33 @@ def parse_sys_module_version(text: str) -> str | None:
 
 
 def parse_nvidia_smi_banner_cuda(text: str) -> str | None:
-    """The "CUDA Version: 12.4" of plain `nvidia-smi`: the newest CUDA the *driver* supports, not a toolkit."""
+    """The "CUDA Version: 12.4" (R610+: "CUDA UMD Version: 13.3") of plain `nvidia-smi` or `nvidia-smi -q`:
+    the newest CUDA the *driver* supports, not a toolkit."""
     match = _BANNER_CUDA.search(text)
     return match.group(1) if match else None
+
+
+def parse_nvidia_smi_banner_driver(text: str) -> str | None:
+    """The driver version of the banner or `-q` ("Driver Version: 550.54.15", R610+: "KMD Version: 610.43.02")."""
+    match = _BANNER_DRIVER.search(text)
+    return match.group(1) if match else None
+
+
+def parse_tegra_release(text: str) -> str | None:
+    """/etc/nv_tegra_release's first line as the L4T release: "# R35 (release), REVISION: 3.1" → "R35.3.1"."""
+    match = _TEGRA_RELEASE.search(text)
+    return f"R{match.group(1)}.{match.group(2)}" if match else None
+
+
+def is_tegra_proc_version(text: str) -> bool:
+    """Whether /proc/driver/nvidia/version is a Jetson's: its module is built "for aarch64" and reports an L4T
+    release (35.3.1), a number below any driver branch; an Arm server's driver (aarch64, 550.54.15) is not."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            version, _ = parse_proc_version(line)
+            major = int(version.split(".")[0]) if version else 0
+            return "aarch64" in line and 0 < major < 100
+    return False
 
 
 def parse_nvidia_smi_csv(text: str, fields: Sequence[str] = FULL_QUERY_FIELDS) -> tuple[list[NvidiaGpu], str | None]:
@@ -145,14 +177,22 @@ def cuda_from_nvml_int(value: int) -> str | None:
 
 
 def collect_nvidia(
-    root: Path = Path("/"), run: Runner = subprocess_runner
+    root: Path = Path("/"), run: Runner = subprocess_runner, use_nvml: bool = True
 ) -> tuple[NvidiaDriverFacts | None, list[str]]:
-    """The host's NVIDIA driver, from the best source that answers; notes say what each other source said."""
+    """The host's NVIDIA driver, from the best source that answers; notes say what each other source said.
+
+    `use_nvml=False` when reading a captured host (`host.capture`): NVML would describe this machine, not it."""
     notes: list[str] = []
-    facts = _from_nvml(notes)
+    facts = _from_nvml(notes) if use_nvml else None
     if facts is None:
         facts = _from_nvidia_smi(run, notes)
     proc_version, flavour = _read_proc_version(root)
+    l4t = read_l4t_release(root)
+    if l4t is not None:
+        notes.append(f"Jetson: L4T {l4t}; the kernel module's version is the L4T release, not a driver version")
+        proc_text = _read(root / PROC_DRIVER_VERSION) or ""
+        if is_tegra_proc_version(proc_text) or facts is None:
+            proc_version = None
     if facts is None:
         facts = _from_module_files(root, proc_version, flavour)
     elif facts.kernel_module is None and flavour is not None:
@@ -238,18 +278,35 @@ def _from_nvidia_smi(run: Runner, notes: list[str]) -> NvidiaDriverFacts | None:
     answer = run_tool(run, ["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"])
     if answer.stdout is None:
         notes.append(answer.note or "nvidia-smi: no answer")
-        return None
+        # A missing nvidia-smi is not asked again; one that ran but failed the query may still print its header.
+        return None if answer.note == "nvidia-smi: not found" else _from_nvidia_smi_text(run, notes)
     gpus, driver = parse_nvidia_smi_csv(answer.stdout, QUERY_FIELDS)
     if driver is None:
         notes.append(f"nvidia-smi: no GPU rows in its answer ({_first_words(answer.stdout)})")
-        return None
+        return _from_nvidia_smi_text(run, notes)
     caps = _nvidia_smi_compute_caps(run, notes)
     gpus = [gpu.model_copy(update={"compute_capability": caps.get(gpu.index)}) for gpu in gpus]
     banner = run_tool(run, ["nvidia-smi"])
     if banner.note:
         notes.append(banner.note)
     cuda = parse_nvidia_smi_banner_cuda(banner.stdout or "")
+    if cuda is None:
+        cuda = parse_nvidia_smi_banner_cuda(run_tool(run, ["nvidia-smi", "-q"]).stdout or "")
     return NvidiaDriverFacts(source="nvidia-smi", driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
+
+
+def _from_nvidia_smi_text(run: Runner, notes: list[str]) -> NvidiaDriverFacts | None:
+    """The driver and its CUDA version from the banner (or `nvidia-smi -q`) when the CSV query gave nothing:
+    an nvidia-smi too old or too new for the query still prints its header (both header styles)."""
+    for argv in (["nvidia-smi"], ["nvidia-smi", "-q"]):
+        text = run_tool(run, argv).stdout or ""
+        driver = parse_nvidia_smi_banner_driver(text)
+        if driver is not None:
+            notes.append(f"{' '.join(argv)}: driver and CUDA version read from its header; no per-GPU rows")
+            return NvidiaDriverFacts(
+                source="nvidia-smi", driver_version=driver, cuda_driver_version=parse_nvidia_smi_banner_cuda(text)
+            )
+    return None
 
 
 def _nvidia_smi_compute_caps(run: Runner, notes: list[str]) -> dict[int, str]:
@@ -269,7 +326,23 @@ def _read_proc_version(root: Path) -> tuple[str | None, KernelModule | None]:
     return parse_proc_version(text) if text is not None else (None, None)
 
 
+def read_l4t_release(root: Path) -> str | None:
+    """The Jetson L4T release ("R35.3.1") from /etc/nv_tegra_release, else from a Jetson's own
+    /proc/driver/nvidia/version (built "for aarch64" with an L4T version); None on other hosts."""
+    text = _read(root / TEGRA_RELEASE_FILE)
+    release = parse_tegra_release(text) if text is not None else None
+    if release is not None:
+        return release
+    proc = _read(root / PROC_DRIVER_VERSION) or ""
+    if is_tegra_proc_version(proc):
+        version, _ = parse_proc_version(proc)
+        return f"R{version}" if version else None
+    return None
+
+
 def _from_module_files(root: Path, proc_version: str | None, flavour: KernelModule | None) -> NvidiaDriverFacts | None:
+    if read_l4t_release(root) is not None:
+        return None  # a Jetson's module files carry the L4T release, which is not a driver version
     # /sys/module first: it is the bare version, the same for both module flavours.
     text = _read(root / SYS_MODULE_VERSION)
     sys_version = parse_sys_module_version(text) if text is not None else None

@@ -85,7 +85,21 @@ class DeviceProbeReport(Recorded):
     arch_list: list[str] | None = None
     devices: list[DeviceEntry] | None = None
     compute: Compute | None = None
+    #: torch's warnings and the end of what the runtimes wrote to stderr while the probe ran.
+    warnings: list[str] | None = None
+    stderr: str | None = None
 
 
 #: What the device stage keeps of the probe's report as its facts (see `model.facts.DeviceFacts`).
-DEVICE_FACTS = ("torch", "accelerator", "devices", "arch_list", "visible", "env", "compute", "cpu_capability")
+DEVICE_FACTS = (
+    "torch",
+    "accelerator",
+    "devices",
+    "arch_list",
+    "visible",
+    "env",
+    "compute",
+    "cpu_capability",
+    "warnings",
+    "stderr",
+)

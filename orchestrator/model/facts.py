@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from orchestrator.model.build_record import CacheStats
 from orchestrator.model.device import Accelerator, Compute, DeviceEntry, TorchBuild, VisibleNodes
 from orchestrator.model.host import AmdDriverFacts, CompatVerdict, CpuFacts, DockerGpuFacts, NvidiaDriverFacts
@@ -40,6 +42,15 @@ class ImageStageFacts(Recorded):
     cache: CacheStats | None = None
 
 
+class GpuSelectionFacts(Recorded):
+    all: bool
+    indices: list[int] = Field(default_factory=list)
+    device_ids: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    reason: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+
 class HostStageFacts(Recorded):
     kernel: str | None = None
     nvidia: NvidiaDriverFacts | None = None
@@ -48,6 +59,10 @@ class HostStageFacts(Recorded):
     kfd_present: bool | None = None
     cpu: CpuFacts | None = None
     gpu_mapping: str | None = None
+    #: Which GPUs were mapped and why (`--gpus`, a scheduler's allocation, or all).
+    gpu_selection: GpuSelectionFacts | None = None
+    #: An NVIDIA Jetson's L4T release.
+    l4t_release: str | None = None
     notes: list[str] | None = None
     compatibility: CompatVerdict | None = None
 
@@ -65,6 +80,11 @@ class DeviceStageFacts(Recorded):
     cpu_capability: str | None = None
     gpu_mapping: str | None = None
     python: str | None = None
+    #: torch's warnings and the end of the runtimes' stderr during the probe.
+    warnings: list[str] | None = None
+    stderr: str | None = None
+    #: Known failures in them (or in a probe that died), explained by the failure catalogue.
+    explanations: list[dict[str, str]] | None = None
     #: Only when the device stage stopped before starting a container: the host stage's verdict.
     compatibility: CompatVerdict | None = None
 

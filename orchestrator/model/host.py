@@ -76,6 +76,8 @@ class HostFacts(Frozen):
     video_gid: int | None = None
     render_gid: int | None = None
     cpu: CpuFacts | None = None
+    #: An NVIDIA Jetson's L4T release ("R35.3.1", /etc/nv_tegra_release); None on other hosts.
+    l4t_release: str | None = None
     #: What each source said when it could not answer ("nvidia-smi: not found"), for the report.
     notes: list[str] = Field(default_factory=list)
 
@@ -88,6 +90,8 @@ CompatStatus = Literal[
     "no-driver",  # the image needs a GPU driver and the host has none
     "not-applicable",  # CPU image
     "unknown",  # the image states no requirement orch can read
+    "refused-by-toolkit",  # the NVIDIA container toolkit would refuse to start it (NVIDIA_REQUIRE_CUDA)
+    "jetson",  # an NVIDIA Jetson: its driver is part of L4T; the desktop/data-centre table does not apply
 ]
 
 

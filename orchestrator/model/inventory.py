@@ -34,6 +34,10 @@ class BackendFacts(Frozen):
     torch_hip: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     cuda_compat_libs: list[str] = Field(default_factory=list, description="cuda-compat libcuda files in the image.")
+    torch_arch_list: list[str] = Field(
+        default_factory=list,
+        description="torch's compiled GPU targets (sm_XX, compute_XX, gfxNNN), read without a GPU.",
+    )
 
 
 class BuiltExtension(Frozen):
@@ -148,6 +152,7 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
             torch_hip=torch.get("hip"),
             env=dict(backend.get("env") or {}),
             cuda_compat_libs=list(backend.get("cuda_compat_libs") or []),
+            torch_arch_list=[str(arch) for arch in backend.get("torch_arch_list") or []],
         ),
         errors=errors,
         extensions=_extensions(document.get("extensions")),
@@ -227,6 +232,8 @@ class ProbeBackend(Recorded):
     env: dict[str, str]
     torch: ProbeTorch | None
     cuda_compat_libs: list[str]
+    #: torch's compiled GPU targets (sm_XX / compute_XX / gfxNNN), read without a GPU; absent from older probes.
+    torch_arch_list: list[str] | None = None
 
 
 class ProbeExtension(Recorded):

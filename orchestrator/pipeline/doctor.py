@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.checks.host_layer import (
     ImageNeeds,
@@ -22,6 +22,7 @@ from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.model.platform import Platform
 from orchestrator.plan.build import default_tag
 from orchestrator.plan.run import plan_gpu_mapping
+from orchestrator.stages.probe import gpu_selection
 
 
 class Diagnosis(BaseModel):
@@ -35,22 +36,29 @@ class Diagnosis(BaseModel):
     gpu_mapping: str | None = None
     can_run: bool | None = None
     reason: str | None = None
+    #: Failure messages found in a host capture's logs, explained by the failure catalogue (data/failures.json).
+    explanations: list[dict[str, str]] = Field(default_factory=list)
 
 
 def diagnose(
-    engine: Engine,
+    engine: Engine | None,
     loaded: LoadedDossier | None,
     *,
-    host_facts: Callable[[EngineInfo], HostFacts] | None = None,
+    host_facts: Callable[[EngineInfo | None], HostFacts] | None = None,
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Diagnosis:
-    """`host_facts` reads this machine (default: `collect_host_facts`, looked up at call time)."""
-    host = (host_facts or collect_host_facts)(engine.info())
+    """`host_facts` reads this machine (default: `collect_host_facts`, looked up at call time), or a host
+    capture (`orch doctor --from`). `engine` None: no daemon to ask (a capture read elsewhere): the image is
+    taken as not built. `gpus`/`environ`: the GPU selection, as for `orch probe --gpus`."""
+    host = (host_facts or collect_host_facts)(engine.info() if engine is not None else None)
     if loaded is None:
         return Diagnosis(host=host)
     platform = loaded.model.system.platform
-    tag = default_tag(loaded, engine.tag_namespace)
-    image = engine.image(tag)
-    mapping = plan_gpu_mapping(platform, host)
+    tag = default_tag(loaded, engine.tag_namespace) if engine is not None else default_tag(loaded)
+    image = engine.image(tag) if engine is not None else None
+    selection = gpu_selection(platform, host, gpus, environ or {})
+    mapping = plan_gpu_mapping(platform, host, selection)
     if platform == "cpu":
         return Diagnosis(
             host=host,

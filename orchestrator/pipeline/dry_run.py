@@ -71,10 +71,18 @@ def probe_plan(
     image: str | None = None,
     built: BuildSteps | None = None,
     tag_namespace: str = "orch",
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[PlannedCall]:
-    """The probe's calls; after `built` (rebuild), the image is the one its build step makes."""
+    """The probe's calls; after `built` (rebuild), the image is the one its build step makes.
+
+    The GPUs are chosen as the probe chooses them (`--gpus`, else a scheduler's allocation in `environ`).
+    """
+    from orchestrator.stages.probe import gpu_selection
+
     ref = built.tag if built is not None else image or default_tag(loaded, tag_namespace)
-    mapping = plan_gpu_mapping(loaded.model.system.platform, host)
+    platform = loaded.model.system.platform
+    mapping = plan_gpu_mapping(platform, host, gpu_selection(platform, host, gpus, environ or {}))
     run = make_run_plan(loaded, BUILT_IMAGE if built is not None else ref, mapping, out)
     # A dry run asks no engine: say so where the mapping depends on the daemon's runtimes.
     notes = [] if host.docker is not None else ["the daemon's GPU support is not known without an engine"]
@@ -92,11 +100,13 @@ def rebuild_plan(
     engine_labels: Mapping[str, str],
     *,
     handover: Path | None = None,
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[PlannedCall]:
     out = steps.context_dir.parent
     calls = [
         *build_plan(loaded, steps, engine_labels),
-        *probe_plan(loaded, out, host, engine_labels, built=steps),
+        *probe_plan(loaded, out, host, engine_labels, built=steps, gpus=gpus, environ=environ),
     ]
     assert calls[BUILD_STEP - 1].title.startswith("build image"), "BUILD_STEP must name the build's step"
     if handover is not None:
@@ -164,6 +174,7 @@ def dry_run_probe(
     *,
     environ: Mapping[str, str],
     host: HostFacts | None = None,
+    gpus: str | None = None,
 ) -> str:
     return render_calls(
         probe_plan(
@@ -173,6 +184,8 @@ def dry_run_probe(
             _engine_labels(environ),
             image=image,
             tag_namespace=_tag_namespace(environ),
+            gpus=gpus,
+            environ=environ,
         )
     )
 
@@ -184,6 +197,9 @@ def dry_run_rebuild(
     environ: Mapping[str, str],
     handover: Path | None = None,
     host: HostFacts | None = None,
+    gpus: str | None = None,
 ) -> str:
     steps = _steps(loaded, options, environ)
-    return render_calls(rebuild_plan(loaded, steps, _host(host), _engine_labels(environ), handover=handover))
+    return render_calls(
+        rebuild_plan(loaded, steps, _host(host), _engine_labels(environ), handover=handover, gpus=gpus, environ=environ)
+    )

@@ -7,7 +7,7 @@ draws its progress from them) and writes the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.dossier.load import LoadedDossier
@@ -43,8 +43,12 @@ def rebuild(
     hooks: RebuildHooks | None = None,
     clock: Clock = utc_now,
     host_facts: Callable[[], HostFacts] | None = None,
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Report:
     """Build, then probe the image just built; a failed build is a report whose image stage carries it.
+
+    `gpus` and `environ`: the GPU selection (`--gpus`) and the environment holding a scheduler's allocation.
 
     `host_facts` reads this machine's GPU facts (default: collected from the host and the engine).
     """
@@ -56,7 +60,13 @@ def rebuild(
     return run_probe(
         loaded,
         engine,
-        ProbeOptions(out=options.out, image=record.image.tag, built_in_this_run=True),
+        ProbeOptions(
+            out=options.out,
+            image=record.image.tag,
+            built_in_this_run=True,
+            gpus=gpus,
+            environ=dict(environ or {}),
+        ),
         on_stage=hooks.on_probe_stage,
         clock=clock,
         host_facts=host_facts,

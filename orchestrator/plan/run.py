@@ -14,6 +14,7 @@ from pathlib import Path
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.host import HostFacts
 from orchestrator.model.platform import Platform
+from orchestrator.plan.gpu_select import GpuSelection
 from orchestrator.plan.specs import LABEL_PREFIX, Mount, RunSpec
 from orchestrator.resources import probe_source
 
@@ -27,6 +28,8 @@ class GpuMapping:
     """How the device probe and the sample get the host's GPUs."""
 
     nvidia_gpus: bool = False
+    #: Selected NVIDIA GPUs (host indices or UUIDs); empty with `nvidia_gpus` means all of them.
+    nvidia_device_ids: tuple[str, ...] = ()
     cdi_devices: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     group_add: tuple[str, ...] = ()
@@ -34,28 +37,49 @@ class GpuMapping:
 
     @property
     def maps_nvidia(self) -> bool:
-        return self.nvidia_gpus or bool(self.cdi_devices)
+        return self.nvidia_gpus or bool(self.nvidia_device_ids) or bool(self.cdi_devices)
 
 
-def plan_gpu_mapping(platform: Platform, host: HostFacts) -> GpuMapping:
+def plan_gpu_mapping(platform: Platform, host: HostFacts, selection: GpuSelection | None = None) -> GpuMapping:
+    """How containers get the host's GPUs: all of them, or the `selection` (`--gpus`, a scheduler's allocation;
+    see plan/gpu_select.py). The description says which GPUs and why, for the report."""
+    chosen = selection is not None and not selection.all
+    why = f" ({selection.reason})" if selection is not None else ""
     if platform == "cuda":
         docker = host.docker
-        cdi = tuple(d for d in (docker.cdi_devices if docker else []) if d.startswith("nvidia.com/gpu=all"))
+        offered = list(docker.cdi_devices if docker else [])
         if docker is not None and docker.nvidia_runtime:
+            if selection is not None and chosen:
+                ids = ", ".join(selection.device_ids) or "none"
+                return GpuMapping(
+                    nvidia_gpus=bool(selection.device_ids),
+                    nvidia_device_ids=selection.device_ids,
+                    description=f"GPU(s) {ids} through the nvidia runtime{why}",
+                )
             return GpuMapping(
-                nvidia_gpus=True, description="GPU device request (--gpus all) through the nvidia runtime"
+                nvidia_gpus=True, description=f"GPU device request (--gpus all) through the nvidia runtime{why}"
             )
+        if selection is not None and chosen:
+            wanted = tuple(f"nvidia.com/gpu={gpu}" for gpu in selection.device_ids)
+            missing = [name for name in wanted if name not in offered]
+            if wanted and not missing:
+                return GpuMapping(cdi_devices=wanted, description=f"CDI devices {', '.join(wanted)}{why}")
+            if wanted:
+                return GpuMapping(description=f"none: the CDI specs name no {', '.join(missing)}{why}")
+            return GpuMapping(description=f"none: no GPU selected{why}")
+        cdi = tuple(d for d in offered if d.startswith("nvidia.com/gpu=all"))
         if cdi:
-            return GpuMapping(cdi_devices=cdi, description=f"CDI devices {', '.join(cdi)}")
+            return GpuMapping(cdi_devices=cdi, description=f"CDI devices {', '.join(cdi)}{why}")
         return GpuMapping(description="none: the daemon has no nvidia runtime and no NVIDIA CDI devices")
     if platform == "rocm":
         if not host.kfd_present:
             return GpuMapping(description="none: /dev/kfd does not exist on this host")
         groups = tuple(str(gid) for gid in (host.video_gid, host.render_gid) if gid is not None)
+        devices = selection.devices if selection is not None and chosen else ("/dev/kfd", *host.dri_render_nodes)
         return GpuMapping(
-            devices=("/dev/kfd", *host.dri_render_nodes),
+            devices=devices,
             group_add=groups,
-            description=f"/dev/kfd and {len(host.dri_render_nodes)} render node(s), groups {', '.join(groups) or 'none'}",
+            description=f"/dev/kfd and {len(devices) - 1} render node(s), groups {', '.join(groups) or 'none'}{why}",
         )
     return GpuMapping()
 
@@ -93,6 +117,7 @@ def device_spec(loaded: LoadedDossier, image: str, mapping: GpuMapping) -> RunSp
         timeout_s=DEVICE_PROBE_TIMEOUT_S,
         labels={PROBE_LABEL: "device"},
         nvidia_gpus=mapping.nvidia_gpus,
+        nvidia_device_ids=mapping.nvidia_device_ids,
         cdi_devices=mapping.cdi_devices,
         devices=mapping.devices,
         group_add=mapping.group_add,
@@ -152,6 +177,7 @@ def sample_spec(loaded: LoadedDossier, image: str, mapping: GpuMapping, folders:
         mem_limit=f"{expect.limits.memory_mib}m",
         labels={PROBE_LABEL: "sample"},
         nvidia_gpus=mapping.nvidia_gpus,
+        nvidia_device_ids=mapping.nvidia_device_ids,
         cdi_devices=mapping.cdi_devices,
         devices=mapping.devices,
         group_add=mapping.group_add,

@@ -45,6 +45,9 @@ class RunSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: NVIDIA GPUs through a device request: "all" (--gpus all), or CDI device names (nvidia.com/gpu=all).
     nvidia_gpus: bool = False
+    #: Selected NVIDIA GPUs (`--gpus device=1`, a scheduler's allocation): host indices or GPU-/MIG- UUIDs for
+    #: the nvidia runtime's device request; empty with `nvidia_gpus` for all of them.
+    nvidia_device_ids: Sequence[str] = ()
     cdi_devices: Sequence[str] = ()
     #: Device nodes to pass through (AMD: /dev/kfd, /dev/dri) and numeric host group ids to add.
     devices: Sequence[str] = ()

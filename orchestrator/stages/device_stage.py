@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.checks.extension import extension_check_lines
+from orchestrator.checks.failures import explanations_for_report
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, describe_exit
 from orchestrator.model.checks import Check
@@ -122,7 +123,7 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
     started = time.monotonic()
     platform, version = loaded.model.system.platform, loaded.model.system.version
     mapping, spec = plan.mapping, plan.device
-    if platform == "cuda" and verdict.status == "unsupported" and mapping.maps_nvidia:
+    if platform == "cuda" and verdict.status in ("unsupported", "refused-by-toolkit") and mapping.maps_nvidia:
         # Starting a GPU container now would only surface the runtime's cryptic "unsatisfied condition".
         return stage_result(
             "device",
@@ -144,15 +145,18 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
         )
     found = None if outcome.oom_killed else probe_json(outcome.stdout)
     if found is None:
+        # A probe that died (hipErrorNoBinaryForGpu aborts the process) printed no report: its stderr may
+        # still carry a known message.
+        explained = explanations_for_report({"probe stderr": outcome.stderr})
+        message = describe_exit(outcome, spec, "the probe only imports torch and runs two small operations")
+        if explained:
+            message += f". Known cause: {explained[0]['cause']} Next: {explained[0]['next_step']}"
         return stage_result(
             "device",
             started,
             [],
-            {},
-            error=StageError(
-                step="device probe",
-                message=describe_exit(outcome, spec, "the probe only imports torch and runs two small operations"),
-            ),
+            {"explanations": explained} if explained else {},
+            error=StageError(step="device probe", message=message),
         )
     try:
         report = DeviceProbeReport.model_validate(found)
@@ -166,6 +170,16 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
         )
     facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
+    explained = explanations_for_report(
+        {
+            "probe warnings": "\n".join(report.warnings or []),
+            "probe stderr": report.stderr,
+            "torch import": report.torch_error,
+            "CUDA/HIP init": report.cuda_error,
+        }
+    )
+    if explained:
+        facts["explanations"] = explained
     try:
         checks = device_checks(platform, version, found, mapping)
     except (AttributeError, TypeError, ValueError, KeyError):

@@ -14,17 +14,19 @@ report says so. Every container is labelled and removed, also on failure, timeou
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine
+from orchestrator.errors import BadInput
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.host import HostFacts
+from orchestrator.model.platform import Platform
 from orchestrator.model.report import (
     Report,
     ReportDossier,
@@ -35,6 +37,7 @@ from orchestrator.model.report import (
     overall_verdict,
 )
 from orchestrator.plan.build import default_tag
+from orchestrator.plan.gpu_select import GpuSelection, GpuSelectionError, select_gpus
 from orchestrator.plan.run import make_run_plan
 from orchestrator.stages.device_stage import device_stage
 from orchestrator.stages.host_stage import host_stage
@@ -52,6 +55,10 @@ class ProbeOptions:
     built_in_this_run: bool = False
     #: `orch verify`: a failed stage stops every stage after it (a replay proves nothing past its first failure).
     stop_after_failure: bool = False
+    #: `--gpus`: which GPUs containers get (all, N, device=0,2, GPU-/MIG- UUID); None: the scheduler's allocation
+    #: in `environ` (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, ROCR_VISIBLE_DEVICES …), else all.
+    gpus: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 Clock = Callable[[], datetime]
@@ -91,6 +98,19 @@ def make_report(
 # -- the whole probe -----------------------------------------------------------------------------------
 
 
+def gpu_selection(
+    platform: Platform, host: HostFacts, gpus: str | None, environ: Mapping[str, str]
+) -> GpuSelection | None:
+    """The GPUs this run maps (plan/gpu_select.py); None on the CPU platform. A `--gpus` this host cannot
+    satisfy is the user's input to fix (exit 2), said before anything starts."""
+    if platform == "cpu":
+        return None
+    try:
+        return select_gpus(gpus, host, environ, vendor="amd" if platform == "rocm" else "nvidia")
+    except GpuSelectionError as error:
+        raise BadInput(str(error)) from error
+
+
 def run_probe(
     loaded: LoadedDossier,
     engine: Engine,
@@ -123,7 +143,8 @@ def run_probe(
     if host_result is None:
         stage("host")
         host = host_facts() if host_facts else collect_host_facts(engine.info())
-        host_result, verdict, mapping = host_stage(loaded, host, image, inventory)
+        selection = gpu_selection(loaded.model.system.platform, host, options.gpus, options.environ)
+        host_result, verdict, mapping = host_stage(loaded, host, image, inventory, selection)
         # Every container from here on is decided now, from the host's facts: the plan `--dry-run` prints.
         run_plan = make_run_plan(loaded, image.id, mapping, out)
         if options.stop_after_failure and host_result.status == "failed":

@@ -21,7 +21,7 @@ Every refusal in steps 1 to 4 is `HandoverDamaged` (exit 1) naming the file and 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,6 +245,8 @@ def verify_handover(
     *,
     on_stage: Callable[[str], None] | None = None,
     checked: CheckedHandover | None = None,
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> VerifyResult:
     stage = on_stage or (lambda _: None)
     stage("checks")
@@ -256,7 +258,7 @@ def verify_handover(
     report = run_probe(
         checked.loaded,
         engine,
-        ProbeOptions(out=out, image=manifest.image_id, stop_after_failure=True),
+        ProbeOptions(out=out, image=manifest.image_id, stop_after_failure=True, gpus=gpus, environ=dict(environ or {})),
         on_stage=on_stage,
     )
     paths = write_report(report, out)

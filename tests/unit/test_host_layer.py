@@ -23,6 +23,7 @@ from orchestrator.model.host import (
 )
 from orchestrator.pipeline.doctor import diagnose
 from orchestrator.pipeline.host_mode import run_host_mode
+from orchestrator.plan.build import default_tag
 from orchestrator.plan.run import plan_gpu_mapping
 from orchestrator.stages.host_stage import host_stage
 from tests.paths import EXAMPLES
@@ -60,7 +61,12 @@ def test_host_stage_host_mode_and_doctor_agree_on_one_host(driver: str, fits: bo
     loaded = load_dossier(TINY / "dossier-cuda.yaml")
     host = _nvidia(driver)
     image = ImageInfo(
-        id="sha256:" + "1" * 64, tags=(), labels={}, env={"CUDA_VERSION": "12.4.1"}, repo_digests=(), size=0
+        id="sha256:" + "1" * 64,
+        tags=(default_tag(loaded),),
+        labels={},
+        env={"CUDA_VERSION": "12.4.1"},
+        repo_digests=(),
+        size=0,
     )
     stage, verdict, _ = host_stage(loaded, host, image, None)
     mode, _ = run_host_mode("cuda", "12.4", "python3", host_facts=lambda: host, run=_no_torch)
@@ -90,7 +96,9 @@ def test_an_amd_host_without_kfd_fails_the_driver_check_everywhere() -> None:
     needs = ImageNeeds(rocm="6.2")
     verdict = compat_verdict("rocm", host, needs, cpu_variant=None)
     checks = host_checks("rocm", host, needs, verdict, plan_gpu_mapping("rocm", host))
-    assert [check.passed for check in checks] == [False, False]
+    # Issue 11 adds the access check (/dev/kfd, render nodes, gids): it fails too, naming /dev/kfd.
+    assert [check.passed for check in checks] == [False, False, False]
+    assert "/dev/kfd is missing" in checks[2].observed
     mode, _ = run_host_mode("rocm", "6.2", "python3", host_facts=lambda: host, run=_no_torch)
     assert mode.status == "failed" and mode.first_error is not None
     assert mode.first_error.step == "AMD GPU driver present"

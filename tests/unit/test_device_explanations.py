@@ -1,0 +1,52 @@
+"""The device probe keeps torch's warnings and stderr; the device stage explains them with the failure catalogue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrator.dossier.load import load_dossier
+from orchestrator.engine import RunOutcome
+from orchestrator.model.host import CompatVerdict
+from orchestrator.plan.run import GpuMapping, make_run_plan
+from orchestrator.plan.specs import RunSpec
+from orchestrator.stages.device_stage import device_stage
+from tests.paths import EXAMPLES
+from tests.probe_outputs import device_output
+
+VERDICT = CompatVerdict(status="not-applicable", explanation="CPU")
+IMAGE_ID = "sha256:" + "2" * 64
+
+
+class _Runs:
+    def __init__(self, stdout: str, stderr: str = "", exit_code: int = 0) -> None:
+        self.outcome = RunOutcome(exit_code=exit_code, stdout=stdout, stderr=stderr, timed_out=False, duration_s=0.1)
+
+    def run(self, spec: RunSpec) -> RunOutcome:
+        return self.outcome
+
+
+def _stage(engine: Any) -> Any:
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    return device_stage(engine, loaded, make_run_plan(loaded, IMAGE_ID, GpuMapping(), Path("out")), VERDICT)
+
+
+def test_torch_warnings_reach_the_report_explained() -> None:
+    warning = (
+        "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU driver"
+    )
+    result = _stage(_Runs(json.dumps(device_output(warnings=[warning], stderr=""))))
+    facts = result.model_dump(mode="json")["facts"]
+    assert facts["warnings"] == [warning]
+    assert [e["id"] for e in facts["explanations"]] == ["torch-driver-too-old"]
+    assert "found version 11040 = CUDA 11.4" in facts["explanations"][0]["cause"]
+
+
+def test_a_probe_that_died_is_explained_from_its_stderr() -> None:
+    stderr = "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n"
+    result = _stage(_Runs("", stderr=stderr, exit_code=134))
+    assert result.status == "failed" and result.first_error is not None
+    assert "Known cause: The ROCm build has no code object for this GPU" in result.first_error.message
+    assert result.model_dump(mode="json")["facts"]["explanations"][0]["id"] == "hip-no-binary-for-gpu"

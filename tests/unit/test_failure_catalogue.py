@@ -1,0 +1,65 @@
+"""The failure catalogue: data, one entry per cause with real cited messages, a pure matcher, and the generated
+section of docs/troubleshooting.md kept in step with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from orchestrator.checks.failures import catalogue, explain, explain_first, troubleshooting_section
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
+
+
+def test_every_cause_has_a_layer_a_next_step_and_a_cited_real_message_it_matches() -> None:
+    ids = [cause.id for cause in catalogue()]
+    assert len(ids) == len(set(ids)) >= 15
+    for cause in catalogue():
+        assert cause.layer in ("host", "device", "sample")
+        assert cause.cause.endswith(".") and cause.next_step
+        assert cause.examples
+        for example in cause.examples:
+            assert example.source.startswith("https://")
+            first = explain_first(example.message)
+            assert first is not None and first.cause.id == cause.id, (cause.id, example.message)
+
+
+def test_driver_too_old_reads_the_drivers_cuda_version() -> None:
+    found = explain_first("The NVIDIA driver on your system is too old (found version 11040).")
+    assert found is not None and found.detail == "found version 11040 = CUDA 11.4"
+    assert found.sentence().startswith("[device] torch was built for a newer CUDA")
+
+
+def test_a_wrapped_message_is_still_recognised() -> None:
+    assert [e.cause.id for e in explain("requirement error: unsatisfied condi\ntion: cuda >= 9.0")] == [
+        "toolkit-require-unsatisfied"
+    ]
+
+
+def test_unrelated_text_explains_nothing() -> None:
+    assert explain("Successfully built 3f2a1b") == []
+
+
+def test_the_troubleshooting_catalogue_section_is_generated_from_the_data() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(r"<!-- failure-catalogue:start -->\n(.*)<!-- failure-catalogue:end -->", text, re.S)
+    assert match is not None, "docs/troubleshooting.md lost its failure-catalogue markers"
+    assert match.group(1) == troubleshooting_section(), (
+        "docs/troubleshooting.md's catalogue is stale; regenerate it from orchestrator/data/failures.json "
+        "(orchestrator.checks.failures.troubleshooting_section)"
+    )
+
+
+def test_report_explanations_name_where_each_cause_was_seen_once() -> None:
+    from orchestrator.checks.failures import explanations_for_report
+
+    found = explanations_for_report(
+        {
+            "probe warnings": "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old "
+            "(found version 11040).",
+            "probe stderr": "The NVIDIA driver on your system is too old (found version 11040).",
+            "start error": None,
+        }
+    )
+    assert [(f["id"], f["seen_in"]) for f in found] == [("torch-driver-too-old", "probe warnings")]
+    assert found[0]["cause"].endswith("(found version 11040 = CUDA 11.4)")
