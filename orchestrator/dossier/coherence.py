@@ -266,6 +266,8 @@ def check_build(
         return Incoherence(
             "python.requirements", "build.extensions are built with torch.utils.cpp_extension: pin torch in the lock"
         )
+    if build.toolchain.ninja and lock.get("ninja") is None:
+        return Incoherence("build.toolchain.ninja", "ninja: true builds with the ninja wheel: pin ninja in the lock")
     offered = GCC_BY_OS.get(image.os or "")
     if offered is not None and build.toolchain.gcc not in offered:
         return Incoherence(

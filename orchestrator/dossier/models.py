@@ -397,6 +397,8 @@ class BuildSpec(StrictModel):
             raise ValueError("CUDA sources need cuda_archs (TORCH_CUDA_ARCH_LIST), e.g. ['8.0', '9.0']")
         if "hip" in languages and (self.toolchain.hipcc is None or not self.rocm_archs):
             raise ValueError("HIP sources need toolchain.hipcc and rocm_archs (PYTORCH_ROCM_ARCH)")
+        if "hip" not in languages and (self.toolchain.hipcc is not None or self.rocm_archs):
+            raise ValueError("toolchain.hipcc and rocm_archs are set but no extension has HIP sources (.hip)")
         if "cuda" not in languages and self.cuda_archs:
             raise ValueError("cuda_archs is set but no extension has CUDA sources (.cu)")
         if self.keep_toolchain:

@@ -78,6 +78,8 @@ def test_an_unset_build_section_is_left_out_of_the_identity(folder: Path) -> Non
         ({"keep_toolchain": True}, "build", "keep_toolchain: true is not supported"),
         ({"env": {"CC": "clang"}}, "build", "must not set CC"),
         ({"cuda_archs": ["8.0"]}, "build", "no extension has CUDA sources"),
+        ({"rocm_archs": ["gfx90a"]}, "build", "no extension has HIP sources"),
+        ({"toolchain": {"gcc": "12", "ninja": True}}, "build.toolchain.ninja", "pin ninja in the lock"),
     ],
 )
 def test_incoherent_build_sections_are_refused_naming_the_field(
