@@ -6,7 +6,7 @@ them against the dossier's folder and checks they exist. Cross-field rules that 
 (torch ↔ CUDA/ROCm, Python ↔ base image) live in `coherence`, not here, so this module stays a plain
 description of the format that `orch schema` exports.
 
-Why one module of ~660 lines: it is the format's reference, section by section in the order a dossier
+Why one module of ~690 lines: it is the format's reference, section by section in the order a dossier
 is written, and `orch schema` exports it whole; split, a reader would chase one format across files.
 """
 
