@@ -5,10 +5,12 @@ document and exits 0 when it managed to report (a failed check is data, not a cr
 """
 
 import glob
+import hashlib
 import json
 import os
 import platform
 import re
+import struct
 import subprocess
 import sys
 
@@ -148,6 +150,54 @@ def backend_section():
     }
 
 
+EXT_DIR = "/opt/orch/ext"
+
+
+def elf_comment(path):
+    """The strings of an ELF object's .comment section: each compiler that built a part of it writes its
+    identity there ("GCC: (Debian 12.2.0-14) 12.2.0"), so this is read from the artefact, not from a log."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []  # not a little-endian 64-bit ELF: nothing orch builds
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(index):
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
+        return name, offset, size
+
+    _, names_at, _ = section(shstrndx)
+    for index in range(shnum):
+        name, offset, size = section(index)
+        end = data.index(b"\0", names_at + name)
+        if data[names_at + name : end] == b".comment":
+            raw = data[offset : offset + size].split(b"\0")
+            return sorted({part.decode("utf-8", "replace") for part in raw if part})
+    return []
+
+
+def extensions_section():
+    """The compiled extensions orch built (EXT_DIR), each hashed and read again here, in the image."""
+    record_text = _read(os.path.join(EXT_DIR, "orch-extensions.json"))
+    if record_text is None:
+        return None
+    record = json.loads(record_text)
+    artefacts = []
+    for extension in record.get("extensions", []):
+        path = os.path.join(EXT_DIR, extension["file"])
+        entry = {"name": extension["name"], "file": extension["file"], "recorded_sha256": extension["sha256"]}
+        if os.path.isfile(path) and not os.path.islink(path):
+            with open(path, "rb") as handle:
+                entry["sha256"] = hashlib.sha256(handle.read()).hexdigest()
+            entry["compilers"] = elf_comment(path)
+        else:
+            entry["sha256"] = None
+            entry["compilers"] = []
+        artefacts.append(entry)
+    return {"artefacts": artefacts, "toolchain": record.get("toolchain", {})}
+
+
 def main():
     result = {"probe": "inventory", "probe_version": PROBE_VERSION}
     result["python"] = {
@@ -158,7 +208,10 @@ def main():
         "machine": platform.machine(),
         "libc": "-".join(platform.libc_ver()),
     }
-    for name, section in (("pip", pip_section), ("os", os_section), ("backend", backend_section)):
+    sections = (("pip", pip_section), ("os", os_section), ("backend", backend_section))
+    if os.path.isdir(EXT_DIR):
+        sections += (("extensions", extensions_section),)
+    for name, section in sections:
         try:
             result[name] = section()
         except Exception as exc:  # a probe reports, it does not crash

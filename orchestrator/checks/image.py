@@ -109,6 +109,8 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
             )
         )
 
+    checks += extension_checks(loaded, inventory)
+
     if inventory.errors:
         checks.append(
             Check(
@@ -117,6 +119,35 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
                 observed=f"{len(inventory.errors)} step(s) failed",
                 passed=False,
                 detail="; ".join(inventory.errors),
+            )
+        )
+    return checks
+
+
+def extension_checks(loaded: LoadedDossier, inventory: Inventory) -> list[Check]:
+    """One line per compiled extension: its artefact is in the image, byte for byte what the builder made."""
+    build = loaded.model.build
+    if build is None:
+        return []
+    found = {artefact.name: artefact for artefact in (inventory.extensions.artefacts if inventory.extensions else [])}
+    checks: list[Check] = []
+    for extension in build.extensions:
+        artefact = found.get(extension.name)
+        name = f"extension {extension.name} in the image"
+        if artefact is None:
+            checks.append(
+                Check(name=name, expected="built and recorded", observed="no record in the image", passed=False)
+            )
+            continue
+        intact = artefact.sha256 == artefact.recorded_sha256
+        observed = "missing" if artefact.sha256 is None else f"sha256 {artefact.sha256}"
+        checks.append(
+            Check(
+                name=name,
+                expected=f"{artefact.file}, sha256 {artefact.recorded_sha256}",
+                observed=observed if not intact else f"{artefact.file}, sha256 {artefact.sha256}",
+                passed=intact,
+                detail="; ".join(artefact.compilers) or None,
             )
         )
     return checks

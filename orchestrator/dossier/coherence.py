@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from orchestrator import vendor
 from orchestrator.dossier.lock import Lock
-from orchestrator.dossier.models import BaseImageSpec, PythonSpec, SystemSpec
+from orchestrator.dossier.models import BaseImageSpec, BuildSpec, PythonSpec, SystemSpec
 from orchestrator.model.platform import Platform
 
 
@@ -33,6 +33,8 @@ class ResolvedBaseImage:
     python_source: str  # "apt" | "image"
     glibc: str | None
     from_table: bool
+    #: The distribution ('debian-12', 'ubuntu-22.04') when orch's table knows the image; None otherwise.
+    os: str | None = None
 
     @property
     def from_line(self) -> str:
@@ -66,6 +68,7 @@ def resolve_base_image(system: SystemSpec) -> ResolvedBaseImage | Incoherence:
             python_source=row.python_source,
             glibc=row.glibc,
             from_table=True,
+            os=row.os,
         )
     row = vendor.find_base_image(spec.ref)
     if row is None:
@@ -98,6 +101,7 @@ def resolve_base_image(system: SystemSpec) -> ResolvedBaseImage | Incoherence:
         python_source=row.python_source,
         glibc=spec.glibc or row.glibc,
         from_table=True,
+        os=row.os,
     )
 
 
@@ -224,3 +228,50 @@ def _backend_choices(system: SystemSpec, release: vendor.TorchRelease, public: s
         keep += f", pinned as torch==VERSION+{tag} from {vendor.torch_index_url(tag)}"
     choices.append(keep)
     return "Working choices: " + "; or ".join(choices) + " (docs/dossier.md, Vendor tables)."
+
+
+#: gcc-N/g++-N majors each distribution's own archive offers (Debian: packages.debian.org, suites
+#: bookworm and trixie; Ubuntu: packages.ubuntu.com, jammy and noble; bookworm checked with apt-cache
+#: policy in orch/debian-python:bookworm: gcc-11 11.3.0-12, gcc-12 12.2.0-14+deb12u1).
+GCC_BY_OS: dict[str, tuple[str, ...]] = {
+    "debian-12": ("11", "12"),
+    "debian-13": ("13", "14"),
+    "ubuntu-22.04": ("9", "10", "11", "12"),
+    "ubuntu-24.04": ("9", "10", "11", "12", "13", "14"),
+}
+
+
+def check_build(
+    build: BuildSpec | None, system: SystemSpec, image: ResolvedBaseImage, lock: Lock
+) -> Incoherence | None:
+    """The extensions' toolchain against the platform, the base image's archive and the lock."""
+    if build is None:
+        return None
+    language = build.language
+    if language == "hip":
+        return Incoherence(
+            "build.extensions", "HIP extensions are not built by this orch yet; build C++ or CUDA sources"
+        )
+    if language == "cuda" and system.platform != "cuda":
+        return Incoherence(
+            "build.extensions", f"CUDA sources (.cu) need system.platform cuda; the dossier's is {system.platform}"
+        )
+    if language == "cuda":
+        # Not yet: nvcc from NVIDIA's wheels in the wheelhouse, the arch list read from the fatbin (issue 13).
+        return Incoherence(
+            "build.extensions",
+            "CUDA extensions (.cu) are not built by this orch yet; build C++ sources (platform cpu) for now",
+        )
+    if lock.get("torch") is None:
+        return Incoherence(
+            "python.requirements", "build.extensions are built with torch.utils.cpp_extension: pin torch in the lock"
+        )
+    if build.toolchain.ninja and lock.get("ninja") is None:
+        return Incoherence("build.toolchain.ninja", "ninja: true builds with the ninja wheel: pin ninja in the lock")
+    offered = GCC_BY_OS.get(image.os or "")
+    if offered is not None and build.toolchain.gcc not in offered:
+        return Incoherence(
+            "build.toolchain.gcc",
+            f"gcc {build.toolchain.gcc} is not in {image.ref}'s archive ({image.os}); choose {' or '.join(offered)}",
+        )
+    return None

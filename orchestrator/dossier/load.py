@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from orchestrator.dossier.coherence import (
     Incoherence,
     ResolvedBaseImage,
+    check_build,
     check_python_fits_image,
     check_torch,
     resolve_base_image,
@@ -205,8 +206,10 @@ def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, p
     image = resolve_base_image(model.system)
     problem: Incoherence | None = image if isinstance(image, Incoherence) else None
     if problem is None and isinstance(image, ResolvedBaseImage):
-        problem = check_python_fits_image(model.python, image, model.system) or check_torch(
-            model.system, model.python, lock
+        problem = (
+            check_python_fits_image(model.python, image, model.system)
+            or check_torch(model.system, model.python, lock)
+            or check_build(model.build, model.system, image, lock)
         )
     if problem is not None:
         field = prefix + problem.field if prefix else problem.field
@@ -372,6 +375,13 @@ def load_dossier(
                 "folder (a site-wide wheel folder belongs in the host's pip configuration, PIP_FIND_LINKS)"
             )
         locate(root, relative, "folder", where, links)
+    if reference.build is not None and not reference.code.is_git_url:
+        # A git URL's tree is known at build time only; a local folder's sources are checked here.
+        for e, extension in enumerate(reference.build.extensions):
+            for s, source in enumerate(extension.sources):
+                field_name = f"build.extensions[{e}].sources[{s}]"
+                where = Where(file, field_name, doc.line_of(_field_path(field_name)))
+                locate(root, f"{reference.code.source.rstrip('/')}/{source}", "file", where, links)
     fingerprints = declared_fingerprints(reference) if check_fingerprints else {}
     if on_total is not None:
         on_total(total_bytes(located))
@@ -433,6 +443,9 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     # use it keeps its identity (and its image tag and hand-overs).
     if dumped["determinism"].get("cpu") is None:
         dumped["determinism"].pop("cpu", None)
+    # build (compiled extensions) likewise: absent from the identity while unset.
+    if dumped.get("build") is None:
+        dumped.pop("build", None)
     payload = {
         "dossier": dumped,
         "files": dict(sorted(files.items())),

@@ -40,6 +40,22 @@ class BackendFacts(Frozen):
     )
 
 
+class BuiltExtension(Frozen):
+    """A compiled extension as the inventory probe found it in the image (its bytes hashed there)."""
+
+    name: str
+    file: str
+    recorded_sha256: str = Field(description="What the builder stage recorded right after building it.")
+    sha256: str | None = Field(description="The file's sha256 read in the image; None when it is missing.")
+    compilers: list[str] = Field(description="The ELF .comment strings: the compilers that built the object.")
+
+
+class ExtensionsFacts(Frozen):
+    artefacts: list[BuiltExtension]
+    #: The toolchain's own `--version` lines in the builder stage (gcc, g++, nvcc).
+    toolchain: dict[str, str | None]
+
+
 class Inventory(Frozen):
     python_version: str
     python_executable: str
@@ -52,6 +68,7 @@ class Inventory(Frozen):
     os_packages: dict[str, str]
     backend: BackendFacts
     errors: list[str] = Field(default_factory=list, description="Probe steps that could not report.")
+    extensions: ExtensionsFacts | None = Field(default=None, description="Compiled extensions (dossier `build`).")
 
 
 class PackageChange(Frozen):
@@ -108,7 +125,7 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
     pip = document.get("pip") or {}
     os_section = document.get("os") or {}
     backend = document.get("backend") or {}
-    for name in ("pip", "os", "backend"):
+    for name in ("pip", "os", "backend", "extensions"):
         section = document.get(name)
         if isinstance(section, dict) and "error" in section:
             errors.append(f"{name}: {section['error']}")
@@ -138,6 +155,18 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
             torch_arch_list=[str(arch) for arch in backend.get("torch_arch_list") or []],
         ),
         errors=errors,
+        extensions=_extensions(document.get("extensions")),
+    )
+
+
+def _extensions(section: Any) -> ExtensionsFacts | None:
+    if not isinstance(section, dict) or "error" in section:
+        return None
+    return ExtensionsFacts(
+        artefacts=[BuiltExtension.model_validate(entry) for entry in section.get("artefacts") or []],
+        toolchain={
+            str(k): (None if v is None else redact(str(v))) for k, v in (section.get("toolchain") or {}).items()
+        },
     )
 
 
@@ -207,6 +236,19 @@ class ProbeBackend(Recorded):
     torch_arch_list: list[str] | None = None
 
 
+class ProbeExtension(Recorded):
+    name: str
+    file: str
+    recorded_sha256: str
+    sha256: str | None
+    compilers: list[str]
+
+
+class ProbeExtensions(Recorded):
+    artefacts: list[ProbeExtension]
+    toolchain: dict[str, str | None]
+
+
 class InventoryProbeReport(Recorded):
     probe: Literal["inventory"]
     probe_version: Literal[1]
@@ -214,3 +256,5 @@ class InventoryProbeReport(Recorded):
     pip: ProbePip | SectionError
     os: ProbeOs | SectionError
     backend: ProbeBackend | SectionError
+    #: Only in images with compiled extensions (dossier `build`).
+    extensions: ProbeExtensions | SectionError | None = None

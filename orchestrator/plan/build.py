@@ -6,6 +6,7 @@ check a whole plan from a dossier file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +25,61 @@ from orchestrator.redact import redact
 #: The unprivileged user the sample runs as inside every image (defined with the specs that use it).
 RUNTIME_UID = specs.RUNTIME_UID
 LABEL_PREFIX = specs.LABEL_PREFIX
+
+
+#: Where the builder stage puts the extensions' sources, its scratch, and the one folder the final stage copies.
+EXT_SOURCES = "/tmp/orch/ext-src"
+EXT_OUT = "/opt/orch/ext"
+
+
+@dataclass(frozen=True)
+class ExtensionsPlan:
+    """The builder's toolchain step and extension build, from the dossier's `build` section."""
+
+    #: Debian/Ubuntu packages of the toolchain (gcc-N, g++-N, the interpreter's headers), one apt step.
+    toolchain_apt_packages: tuple[str, ...]
+    #: Source files and include folders, relative to the code folder (copied one by one, paths kept).
+    sources: tuple[str, ...]
+    #: The build step's environment: CC/CXX, the arch lists, the dossier's build.env; sorted pairs.
+    env: tuple[tuple[str, str], ...]
+    #: orch/extensions.json: what probes/build_extensions.py builds.
+    spec_json: str
+    names: tuple[str, ...]
+
+
+def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPlan | None:
+    build = loaded.model.build
+    if build is None:
+        return None
+    gcc = build.toolchain.gcc
+    env = {"CC": f"gcc-{gcc}", "CXX": f"g++-{gcc}", **build.env}
+    if build.cuda_archs:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(build.cuda_archs)
+    files = sorted({source for ext in build.extensions for source in [*ext.sources, *ext.include_dirs]})
+    spec = {
+        "language": build.language,
+        "ninja": build.toolchain.ninja,
+        "cuda_archs": list(build.cuda_archs),
+        "env": dict(sorted(build.env.items())),
+        "extensions": [
+            {
+                "name": ext.name,
+                "language": ext.language,
+                "sources": list(ext.sources),
+                "include_dirs": list(ext.include_dirs),
+                "cxx_flags": list(ext.cxx_flags),
+                "nvcc_flags": list(ext.nvcc_flags),
+            }
+            for ext in build.extensions
+        ],
+    }
+    return ExtensionsPlan(
+        toolchain_apt_packages=(f"g++-{gcc}", f"gcc-{gcc}", f"python{python_version}-dev"),
+        sources=tuple(files),
+        env=tuple(sorted(env.items())),
+        spec_json=json.dumps(spec, indent=2, sort_keys=True) + "\n",
+        names=tuple(ext.name for ext in build.extensions),
+    )
 
 
 @dataclass(frozen=True)
@@ -50,6 +106,8 @@ class BuildPlan:
     #: Labels that open every stage (`ORCH_LABELS`, engine/labels.py), so that every layer a build
     #: creates, failed builds' included, can be found by its owner. Empty for `orch render`.
     stage_labels: tuple[tuple[str, str], ...] = ()
+    #: Compiled extensions (the dossier's `build`): toolchain in the builder only, the artefact copied.
+    extensions: ExtensionsPlan | None = None
 
     @property
     def builder_labels(self) -> tuple[tuple[str, str], ...]:
@@ -130,6 +188,7 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         determinism=model.determinism,
         uid=RUNTIME_UID,
         labels=tuple(sorted(labels.items())),
+        extensions=_extensions_plan(loaded, model.python.version),
     )
 
 
@@ -167,7 +226,8 @@ def default_build_network(plan: BuildPlan) -> Network:
     apt needs the distribution's archive, so a build with OS packages (or a base whose Python comes from
     apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse.
     """
-    if plan.install_mode == "wheelhouse" and not (plan.builder_apt_packages or plan.runtime_apt_packages):
+    apt = plan.builder_apt_packages or plan.runtime_apt_packages or plan.extensions is not None
+    if plan.install_mode == "wheelhouse" and not apt:
         return "none"
     return "default"
 

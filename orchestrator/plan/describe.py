@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.plan.build import BuildSteps
+from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import PROBE_LABEL, RunPlan
 from orchestrator.plan.specs import RunSpec
 
@@ -140,6 +141,14 @@ def probe_calls(
             run_details(run.device, engine_labels),
         )
     )
+    extension_check = extension_check_spec(loaded, run.device)
+    if extension_check is not None:
+        calls.append(
+            PlannedCall(
+                "run the extensions' own check (its own device-stage line, in the device probe's container set-up)",
+                run_details(extension_check, engine_labels),
+            )
+        )
     fingerprinted = [item.path for item in loaded.model.expect.inputs]
     fingerprinted += [a.path or a.uri or a.name for a in (*loaded.model.data, *loaded.model.weights)]
     calls.append(

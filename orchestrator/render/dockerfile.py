@@ -7,12 +7,19 @@ and a fixed environment make the same plan give byte-identical output.
 from __future__ import annotations
 
 from orchestrator import __version__
-from orchestrator.plan.build import BuildPlan
+from orchestrator.plan.build import EXT_OUT, EXT_SOURCES, BuildPlan
 from orchestrator.resources import render_template, templates_root
 
 
 def render_dockerfile(plan: BuildPlan) -> str:
     text = render_template(
-        templates_root(), plan.template, autoescape=False, trim=False, plan=plan, orch_version=__version__
+        templates_root(),
+        plan.template,
+        autoescape=False,
+        trim=False,
+        plan=plan,
+        orch_version=__version__,
+        ext_sources=EXT_SOURCES,
+        ext_out=EXT_OUT,
     )
     return text.rstrip("\n") + "\n"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.errors import BadInput
-from orchestrator.plan.build import BuildPlan
+from orchestrator.plan.build import EXT_OUT, BuildPlan
 from orchestrator.render.dockerfile import render_dockerfile
+from orchestrator.resources import probe_source
 from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
 from orchestrator.stages.wheelhouse import TargetPlatform, Wheel, collect_wheels
 
@@ -91,8 +92,14 @@ def write_context(
         if plan.ca_bundle:
             if ca_bundle is None or not ca_bundle.is_file():
                 raise BadInput(f"--ca-bundle {ca_bundle} is not a file")
-            (staging / "orch").mkdir()
+            (staging / "orch").mkdir(exist_ok=True)
             shutil.copyfile(ca_bundle, staging / "orch" / "ca-bundle.pem")
+        if plan.extensions is not None:
+            # What the builder's extension step runs: the spec from the dossier and orch's build script.
+            (staging / "orch").mkdir(exist_ok=True)
+            (staging / "orch" / "extensions.json").write_text(plan.extensions.spec_json, encoding="utf-8")
+            (staging / "orch" / "orch-extensions.pth").write_text(EXT_OUT + "\n", encoding="utf-8")
+            (staging / "orch" / "build_extensions.py").write_text(probe_source("build_extensions.py"), encoding="utf-8")
         marker = {
             "dossier": loaded.model.name,
             "identity": loaded.identity,

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.checks.extension import extension_check_lines
 from orchestrator.checks.failures import explanations_for_report
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, describe_exit
@@ -19,7 +20,9 @@ from orchestrator.model.host import CompatVerdict
 from orchestrator.model.platform import Platform
 from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import StageError, StageResult
+from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping, RunPlan
+from orchestrator.plan.specs import RunSpec
 from orchestrator.stages.results import check, stage_result
 from orchestrator.untrusted import UnsafeOutput, parse_json
 
@@ -189,4 +192,22 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
             {"gpu_mapping": mapping.description},
             error=StageError(step="device probe", message="printed a report that is not shaped as the probe's"),
         )
+    checks += _extension_lines(engine, loaded, spec)
     return stage_result("device", started, checks, facts)
+
+
+def _extension_lines(engine: Engine, loaded: LoadedDossier, device: RunSpec) -> list[Check]:
+    """The extensions' own checks, each its own line after the minimal compute (dossier `build`)."""
+    spec = extension_check_spec(loaded, device)
+    if spec is None or loaded.model.build is None:
+        return []
+    outcome = engine.run(spec)
+    found = None if outcome.timed_out or outcome.oom_killed else probe_json(outcome.stdout)
+    failure = None
+    if found is None:
+        failure = (
+            f"no answer within {spec.timeout_s}s; the container was stopped"
+            if outcome.timed_out
+            else describe_exit(outcome, spec, "the check imports each extension and runs its operator once")
+        )
+    return extension_check_lines(loaded.model.build, found, failure)

@@ -1,0 +1,62 @@
+# Rendered by orch 0.1.0 from dossier 'cpp-extension'.
+# Dossier identity: 80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5
+# Do not edit: change the dossier and run `orch render` again.
+# The base image is not pinned by a registry digest.
+
+# ---- builder: the virtual environment, built with tools that never reach the final image ----
+FROM orch/debian-python:bookworm AS builder
+# Opening labels mark every layer of this temporary stage, failed builds' included, so it can be found.
+LABEL io.orch.stage="builder"
+
+RUN python3.11 -m venv /opt/venv
+COPY requirements.lock /tmp/orch/requirements.lock
+# Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
+COPY wheels /tmp/orch/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/wheels --require-hashes \
+      -r /tmp/orch/requirements.lock
+
+# ---- the toolchain: compilers for the compiled extensions, in this stage only ----
+# After the venv, so that a toolchain change rebuilds from here on and keeps the layers above.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++-12 gcc-12 python3.11-dev \
+ && rm -rf /var/lib/apt/lists/*
+COPY orch/extensions.json orch/build_extensions.py /tmp/orch/
+COPY app/csrc/gate.cpp /tmp/orch/ext-src/csrc/gate.cpp
+# The extensions, built with torch.utils.cpp_extension; only /opt/orch/ext reaches the final image.
+RUN PYTHONDONTWRITEBYTECODE=1 CC="gcc-12" CXX="g++-12" MAX_JOBS="2" \
+      /opt/venv/bin/python /tmp/orch/build_extensions.py /tmp/orch/extensions.json /tmp/orch/ext-src /opt/orch/ext
+
+# ---- final image: runtime OS packages, the venv, the code ----
+FROM orch/debian-python:bookworm
+
+# The sample runs as an unprivileged user with a fixed uid, so mounted output folders are predictable.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/orch orch
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=0
+# CPU platform: no accelerator is expected; a GPU that shows up is ignored by this image.
+ENV CUDA_VISIBLE_DEVICES=""
+
+COPY app /opt/app
+# The built extensions (gate_ext) and their record; no compiler comes with them.
+COPY --from=builder /opt/orch/ext /opt/orch/ext
+# A .pth line puts them on every interpreter's path (the sample's PYTHONPATH is orch's probe site).
+COPY orch/orch-extensions.pth /opt/venv/lib/python3.11/site-packages/orch-extensions.pth
+WORKDIR /opt/app
+USER 10001:10001
+
+LABEL io.orch.backend.version="none" \
+      io.orch.dossier.identity="80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5" \
+      io.orch.dossier.name="cpp-extension" \
+      io.orch.install.mode="wheelhouse" \
+      io.orch.platform="cpu" \
+      io.orch.python.version="3.11" \
+      io.orch.torch.version="2.13.0+cpu" \
+      io.orch.version="0.1.0" \
+      org.opencontainers.image.base.name="orch/debian-python:bookworm" \
+      org.opencontainers.image.description="A C++ torch operator (gate = x * sigmoid(g)) built in the image, on the CPU." \
+      org.opencontainers.image.title="cpp-extension"

@@ -1,0 +1,131 @@
+"""examples/cpp-extension for real: a C++ torch operator built in the builder stage, only its artefact
+shipped, its toolchain read back from the object, its absence or change caught, and a toolchain change
+rebuilding from the toolchain step on."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.engine import Engine, RunSpec
+from orchestrator.model.build_record import BuildRecord
+from orchestrator.report.write import read_report
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build_context import context_tar
+from tests.integration.helpers import SESSION_TAG_NAMESPACE, orch
+from tests.paths import EXAMPLES
+
+EXAMPLE = EXAMPLES / "cpp-extension"
+CHECK = "extension gate_ext in the image"
+LINE = "extension gate_ext: gate matches gate_reference:gate"
+
+
+def _read_build(out: Path) -> BuildRecord:
+    return BuildRecord.model_validate_json((out / "build.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def rebuilt(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cpp-extension") / "out"
+    result = orch("rebuild", str(EXAMPLE / "dossier.yaml"), "--out", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out
+
+
+def test_the_example_passes_four_stages_and_records_its_toolchain(rebuilt: Path) -> None:
+    report = read_report(rebuilt / "report.json")
+    assert [stage.status for stage in report.stages.values()] == ["passed"] * 4
+    (line,) = [check for check in report.stage("image").checks if check.name == CHECK]
+    assert line.passed and line.detail is not None and "GCC: (Debian 12." in line.detail
+    inventory = _read_build(rebuilt).inventory
+    assert inventory is not None and inventory.extensions is not None
+    assert (inventory.extensions.toolchain["gcc"] or "").startswith("gcc-12 (Debian 12.")
+    (artefact,) = inventory.extensions.artefacts
+    assert artefact.sha256 == artefact.recorded_sha256 and artefact.file.startswith("gate_ext.")
+    device = report.stage("device").checks
+    names = [check.name for check in device]
+    # its own line, after the minimal compute (matmul, conv2d) and passed
+    assert names[-1] == LINE and any(name.startswith("conv2d") for name in names[:-1])
+    assert device[-1].passed and device[-1].observed.endswith("on cpu")
+    markdown = (rebuilt / "report.md").read_text()
+    # Markdown escapes the underscore: the report names the extension in both stages' lines
+    assert "extension gate\\_ext in the image" in markdown and "extension gate\\_ext: gate matches" in markdown
+
+
+def test_the_runtime_image_contains_no_compiler(engine: Engine, rebuilt: Path) -> None:
+    record = _read_build(rebuilt)
+    assert record.image is not None
+    probe = (
+        "for c in gcc g++ cc c++ gcc-12 g++-12 cpp-12 nvcc; do command -v $c; done; ls /usr/lib/gcc 2>/dev/null; true"
+    )
+    result = engine.run(RunSpec(image=record.image.id, command=["sh", "-c", probe], timeout_s=60))
+    assert result.exit_code == 0 and result.stdout.strip() == "", result.stdout
+    listing = engine.run(RunSpec(image=record.image.id, command=["ls", "/opt/orch/ext", "/tmp/orch"], timeout_s=60))
+    assert "gate_ext." in listing.stdout and "orch-extensions.json" in listing.stdout
+    assert "No such file" in listing.stderr  # no sources, no build script, no wheels
+
+
+def test_removing_the_built_object_fails_exactly_the_extension_line(
+    engine: Engine, rebuilt: Path, tmp_path: Path
+) -> None:
+    record = _read_build(rebuilt)
+    assert record.image is not None
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {record.image.id}\nUSER root\nRUN rm /opt/orch/ext/gate_ext.*.so\nUSER 10001:10001\n"
+    )
+    tag = f"{SESSION_TAG_NAMESPACE}/cpp-extension:no-so"
+    tar = context_tar(context)
+    with tar.file:
+        outcome = engine.build(tar.file, tag, network="none")
+    assert outcome.image_id is not None, outcome.log[-2000:]
+    result = orch("probe", str(EXAMPLE / "dossier.yaml"), "--image", tag, "--out", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    report = read_report(tmp_path / "out" / "report.json")
+    failed = [check for check in report.stage("image").checks if not check.passed]
+    assert [check.name for check in failed] == [CHECK]
+    assert failed[0].observed == "missing"
+    failed = [check for check in report.stage("device").checks if not check.passed]
+    assert [check.name for check in failed] == [LINE]
+    assert failed[0].observed.startswith("gate_ext: import: ModuleNotFoundError")
+
+
+@pytest.mark.slow
+def test_a_toolchain_change_rebuilds_from_the_toolchain_step_and_is_read_from_the_object(
+    engine: Engine, rebuilt: Path, tmp_path: Path
+) -> None:
+    example = tmp_path / "cpp-extension"
+    shutil.copytree(EXAMPLE, example)
+    dossier = example / "dossier.yaml"
+    dossier.write_text(dossier.read_text().replace('gcc: "12"', 'gcc: "11"'))
+    result = orch("build", str(dossier), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    log = (tmp_path / "out" / "build.log").read_text()
+    steps = re.split(r"(?m)^Step (\d+)/\d+ : ", log)[1:]
+    cached = {int(number): "Using cache" in body for number, body in zip(steps[::2], steps[1::2], strict=True)}
+    toolchain = next(int(n) for n, body in zip(steps[::2], steps[1::2], strict=True) if "g++-11" in body)
+    assert all(cached[n] for n in cached if n < toolchain and n > 2), cached
+    assert not cached[toolchain]
+    inventory = _read_build(tmp_path / "out").inventory
+    assert inventory is not None and inventory.extensions is not None
+    (artefact,) = inventory.extensions.artefacts
+    assert any(comment.startswith("GCC: (Debian 11.") for comment in artefact.compilers), artefact.compilers
+
+
+@pytest.mark.slow
+def test_a_changed_kernel_line_fails_exactly_the_extension_check(engine: Engine, rebuilt: Path, tmp_path: Path) -> None:
+    example = tmp_path / "cpp-extension"
+    shutil.copytree(EXAMPLE, example)
+    kernel = example / "app" / "csrc" / "gate.cpp"
+    kernel.write_text(kernel.read_text().replace("std::exp(-gs[i])", "std::exp(gs[i])"))
+    result = orch("rebuild", str(example / "dossier.yaml"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    report = read_report(tmp_path / "out" / "report.json")
+    assert report.stage("image").status == "passed"
+    failed = [check for check in report.stage("device").checks if not check.passed]
+    assert [check.name for check in failed] == [LINE]
+    assert "gate_ext" in (tmp_path / "out" / "report.md").read_text()
