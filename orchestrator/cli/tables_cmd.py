@@ -40,7 +40,7 @@ def tables(table: str, as_json: bool, markdown: bool) -> None:
     console = make_console()
     if table in ("torch", "all"):
         grid = Table(title="torch ↔ CUDA / ROCm (index: https://download.pytorch.org/whl/<tag>)")
-        for header in ("torch", "CUDA builds (cuXXX)", "ROCm builds (rocmX.Y)", "PyPI wheel", "Python ≥"):
+        for header in ("torch", "CUDA builds (cuNNN)", "ROCm builds (rocmX.Y)", "PyPI wheel", "Python ≥"):
             grid.add_column(header)
         for row in torch_rows():
             grid.add_row(*row)

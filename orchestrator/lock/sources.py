@@ -69,7 +69,7 @@ def sources_for(python: PythonSpec, target: LockTarget, find_links: list[str]) -
 
 
 def torch_index_hint(target: LockTarget, sources: list[Source]) -> str | None:
-    """A sentence when the target's PyTorch index is not among the sources (cpu/cuXXX/rocmX.Y builds live there)."""
+    """A sentence when the target's PyTorch index is not among the sources (cpu/cuNNN/rocmX.Y builds live there)."""
     if target.platform == "cuda":
         return None  # PyPI's torch is a CUDA build; the dossier's coherence check says which CUDA.
     wanted = vendor.torch_index_url(target.torch_tag)
