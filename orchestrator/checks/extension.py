@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.dossier.models import BuildSpec
+from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.model.checks import Check
 from orchestrator.text import one_line
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from orchestrator import vendor
+from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.dossier.lock import Lock
-from orchestrator.dossier.models import BaseImageSpec, BuildSpec, PythonSpec, SystemSpec
+from orchestrator.dossier.models import BaseImageSpec, PythonSpec, SystemSpec
 from orchestrator.model.platform import Platform
 
 
