@@ -16,7 +16,7 @@ import docker.errors
 
 from orchestrator.dossier.load import load_dossier
 from orchestrator.plan.build import default_tag
-from tests.integration.helpers import SESSION_ID
+from tests.integration.helpers import SESSION_ID, SESSION_KEY
 from tests.paths import EXAMPLES
 
 OWNER_LABEL = "com.example.owner"
@@ -68,11 +68,7 @@ class ForeignObjects:
         except docker.errors.ImageNotFound:
             missing.append(f"tag {self.tag}")
         for tag, image_id in self.default_tags.items():
-            try:
-                if str(client.images.get(tag).id) != image_id:
-                    missing.append(f"default tag {tag} re-pointed")
-            except docker.errors.ImageNotFound:
-                missing.append(f"default tag {tag}")
+            missing += _default_tag_damage(client, tag, image_id)
         for container_id, status in ((self.running_container, "running"), (self.exited_container, "exited")):
             try:
                 observed = client.containers.get(container_id).status
@@ -92,10 +88,30 @@ class ForeignObjects:
                 client.images.remove(image_id, force=True)
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.remove(self.tag)
-        for tag in self.made_default_tags:  # only the stand-ins made here, and only while still theirs
+        for tag in self.made_default_tags:  # the stand-ins made here, by id (the tag may be a real user's now)
             with contextlib.suppress(docker.errors.ImageNotFound):
-                if str(client.images.get(tag).id) == self.default_tags[tag]:
-                    client.images.remove(self.default_tags[tag], force=True)
+                client.images.remove(self.default_tags[tag], force=True)
+
+
+def _default_tag_damage(client: docker.DockerClient, tag: str, image_id: str) -> list[str]:
+    """What this session did to another user's default tag, told apart from what its owner did meanwhile.
+
+    The suite's damage has two signatures: the tag now names an image of this session (a build
+    re-pointed it), or the tag is gone while the image it named is still there (re-pointed, then the
+    session's image removed with the tag). A user who rebuilt (tag on their own image) or removed their
+    image (tag gone with it) during the run is not the suite's doing.
+    """
+    try:
+        now = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        try:
+            client.images.get(image_id)
+        except docker.errors.ImageNotFound:
+            return []
+        return [f"default tag {tag} taken from image {image_id}"]
+    if str(now.id) != image_id and (now.labels or {}).get(SESSION_KEY) == SESSION_ID:
+        return [f"default tag {tag} re-pointed to this session's image {now.id}"]
+    return []
 
 
 def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjects:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from pathlib import Path
 
 import docker
+import docker.errors
 
 from orchestrator.engine import Engine
 from orchestrator.engine.build_log import build_failure
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
-from tests.integration.foreign import ForeignBuildInProgress, ForeignObjects
+from tests.integration.foreign import ForeignBuildInProgress, ForeignObjects, _default_tag_damage, foreign_build
 from tests.integration.helpers import SESSION_FILTER, SESSION_ID, session_containers
 from tests.integration.housekeeping import remove_session_images, session_images
 
@@ -66,3 +69,39 @@ def test_orch_s_containers_carry_the_session_label_and_foreign_ones_are_not_coun
     labelled = docker_client.containers.list(all=True, filters={"label": SESSION_FILTER})
     assert all(c.id not in (foreign_objects.running_container, foreign_objects.exited_container) for c in labelled)
     assert engine.labels.get("io.orch.test-session") == SESSION_FILTER.split("=", 1)[1]
+
+
+def test_the_default_tag_guard_tells_the_suite_s_damage_from_the_owner_s_own_changes(
+    docker_client: docker.DockerClient, base_image: BaseOutcome
+) -> None:
+    """The guard behind `foreign_objects` (the examples' `orch/…` tags another user holds): it fails on
+    what the suite would do (re-point the tag to a session image, then remove that image), not on the
+    owner rebuilding or removing their own image meanwhile."""
+    tag = f"another-user-{SESSION_ID}/guarded:1"
+    owners = foreign_build(docker_client, base_image.ref, "RUN echo owner > /o", tag=tag)
+    rebuilt = foreign_build(docker_client, base_image.ref, "RUN echo rebuilt > /o")
+    try:
+        assert _default_tag_damage(docker_client, tag, owners) == []
+        # The owner rebuilds: the tag moves to another image of theirs. Not the suite's doing.
+        docker_client.images.get(rebuilt).tag(tag)
+        assert _default_tag_damage(docker_client, tag, owners) == []
+        docker_client.images.get(owners).tag(tag)  # back, as it was
+        # The suite's damage: a session-labelled build takes the tag ...
+        # Its own last layer (a bare session LABEL would be the cached first layer of the session's orch builds,
+        # which has children and cannot be removed).
+        dockerfile = f"FROM {base_image.ref}\nLABEL {SESSION_FILTER}\nRUN echo guard > /guard\n".encode()
+        session_image, _ = docker_client.images.build(
+            fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, network_mode="none"
+        )
+        assert "re-pointed to this session's image" in " ".join(_default_tag_damage(docker_client, tag, owners))
+        # ... then its clean-up removes the tag with the session image: the owner's image is left untagged.
+        docker_client.images.remove(str(session_image.id), force=True)
+        assert "taken from image" in " ".join(_default_tag_damage(docker_client, tag, owners))
+        # The owner removing their own image (tag and all) is theirs to do.
+        docker_client.images.get(owners).tag(tag)
+        docker_client.images.remove(owners, force=True)
+        assert _default_tag_damage(docker_client, tag, owners) == []
+    finally:
+        for image_id in (owners, rebuilt):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(image_id, force=True)
