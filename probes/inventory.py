@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -198,6 +199,98 @@ def extensions_section():
     return {"artefacts": artefacts, "toolchain": record.get("toolchain", {})}
 
 
+# -- the environment digest ---------------------------------------------------------------------------
+# Every installed file of the venv (sys.prefix: the probe runs with the image's /opt/venv/bin/python),
+# the app folder and the built extensions, each path with the sha256 of its bytes (a symbolic link: of
+# its target, prefixed "link:"; never followed), folded into one digest. Two rebuilds of one dossier
+# that install the same thing give the same digest. NORMALISED names the only bytes left out, because
+# they differ from build to build while the installed code does not (measured: docs/environment.md).
+# The host folds the list again (orchestrator/model/environment.py, `fold_digest`): the two must agree.
+
+ENVIRONMENT_ROOTS = (sys.prefix, "/opt/app", EXT_DIR)
+#: The most files listed; an environment larger than this is reported as an error, not half-listed.
+MAX_ENVIRONMENT_FILES = 300000
+_BUFFER = 1 << 20
+
+
+def pyc_source_mtime(path, head):
+    """A bytecode cache validated by its source's mtime (PEP 552 flags 0). Bytes 8-11 of its header are the
+    mtime the source file got when pip unpacked the wheel, so they change with every install; the rest
+    (flags, source size, the compiled code) was measured equal between two builds."""
+    return (
+        os.path.basename(os.path.dirname(path)) == "__pycache__"
+        and path.endswith(".pyc")
+        and len(head) >= 16
+        and struct.unpack_from("<I", head, 4)[0] == 0
+    )
+
+
+#: (rule name, applies(path, first 16 bytes), offset, length): bytes zeroed before a file is hashed, because
+#: they differ between two builds of one dossier while the installed code does not. Nothing else is left out.
+NORMALISED = (("source mtime in timestamp-based __pycache__/*.pyc", pyc_source_mtime, 8, 4),)
+
+
+def hash_file(path):
+    """(sha256 hex, the NORMALISED rule applied or None) of a regular file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    applied = None
+    with open(path, "rb") as handle:
+        chunk = handle.read(_BUFFER)
+        for name, applies, offset, length in NORMALISED:
+            if applies(path, chunk[:16]):
+                chunk = chunk[:offset] + bytes(length) + chunk[offset + length :]
+                applied = name
+                break
+        while chunk:
+            digest.update(chunk)
+            chunk = handle.read(_BUFFER)
+    return digest.hexdigest(), applied
+
+
+def fold_digest(files):
+    """sha256 over "path NUL value LF" for every listed path, in sorted order: the environment digest."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.encode("utf-8") + b"\0" + files[path].encode("ascii") + b"\n")
+    return "sha256:" + digest.hexdigest()
+
+
+def _text_path(path):
+    # A name that is not UTF-8 is listed with its bytes escaped, so the digest still covers it.
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def environment_section(roots=None):
+    roots = [os.path.normpath(root) for root in (roots or ENVIRONMENT_ROOTS)]
+    files = {}
+    normalised = {name: 0 for name, _, _, _ in NORMALISED}
+    seen = []
+    for root in roots:
+        if not os.path.isdir(root) or root in seen:
+            continue
+        seen.append(root)
+        for here, folders, names in os.walk(root):
+            folders.sort()
+            for name in sorted(names):
+                path = os.path.join(here, name)
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    target = os.fsencode(os.readlink(path))
+                    files[_text_path(path)] = "link:" + hashlib.sha256(target).hexdigest()
+                elif stat.S_ISREG(info.st_mode):
+                    files[_text_path(path)], applied = hash_file(path)
+                    if applied is not None:
+                        normalised[applied] += 1
+                if len(files) > MAX_ENVIRONMENT_FILES:
+                    raise ValueError(f"more than {MAX_ENVIRONMENT_FILES} files under {', '.join(seen)}")
+            # Folders that are links (os.walk lists them among `folders` and does not enter them).
+            for name in list(folders):
+                path = os.path.join(here, name)
+                if os.path.islink(path):
+                    files[_text_path(path)] = "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+    return {"roots": seen, "digest": fold_digest(files), "normalised": normalised, "files": files}
+
+
 def main():
     result = {"probe": "inventory", "probe_version": PROBE_VERSION}
     result["python"] = {
@@ -211,6 +304,7 @@ def main():
     sections = (("pip", pip_section), ("os", os_section), ("backend", backend_section))
     if os.path.isdir(EXT_DIR):
         sections += (("extensions", extensions_section),)
+    sections += (("environment", environment_section),)
     for name, section in sections:
         try:
             result[name] = section()

@@ -23,6 +23,7 @@ from orchestrator.model.build_record import (
     WheelRef,
 )
 from orchestrator.model.checks import Check
+from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentFile, EnvironmentSummary, fold_digest
 from orchestrator.model.inventory import BackendFacts, Inventory, PipCheck
 from orchestrator.model.report import Report, ReportDossier, ReportImage, StageError, StageResult, overall_verdict
 from tests.paths import EXAMPLES
@@ -62,6 +63,16 @@ CUDA_FREEZE = (
 )
 
 
+#: A few installed files, as the inventory probe lists them (a link's target hashed, prefixed `link:`).
+ENVIRONMENT = (
+    ("/opt/app/embed.py", "a0" * 32),
+    ("/opt/venv/bin/python", "link:" + "b1" * 32),
+    ("/opt/venv/lib/python3.11/site-packages/numpy/__init__.py", "c2" * 32),
+    ("/opt/venv/lib/python3.11/site-packages/numpy/__pycache__/__init__.cpython-311.pyc", "d3" * 32),
+    ("/opt/venv/lib/python3.11/site-packages/torch/__init__.py", "e4" * 32),
+)
+
+
 @dataclass(frozen=True)
 class Run:
     name: str = "tiny-embeddings"
@@ -84,6 +95,19 @@ class Run:
     cosine: float = 0.99999994
     cosine_min: float = 0.99999
     sample_bytes: int = 896
+    #: The image's installed files (path → sha256), folded into its environment digest.
+    environment: tuple[tuple[str, str], ...] = ENVIRONMENT
+
+
+def environment_of_run(run: Run) -> EnvironmentFile:
+    files = dict(run.environment)
+    summary = EnvironmentSummary(
+        digest=fold_digest(files),
+        files=len(files),
+        roots=["/opt/venv", "/opt/app"],
+        normalised={"source mtime in timestamp-based __pycache__/*.pyc": 1},
+    )
+    return EnvironmentFile(summary=summary, files=files)
 
 
 def cuda_reference() -> Run:
@@ -181,6 +205,7 @@ def make_report(run: Run) -> Report:
             "os": "Debian GNU/Linux 12 (bookworm)",
             "packages": len(run.freeze),
             "os_packages": 118,
+            "environment": environment_of_run(run).summary,
         },
         2.1,
     )
@@ -327,6 +352,7 @@ def make_record(run: Run) -> BuildRecord:
             backend=BackendFacts(
                 cuda_toolkit=run.cuda_toolkit, torch=run.torch, torch_cuda=run.torch_cuda, torch_hip=None
             ),
+            environment=environment_of_run(run).summary,
         ),
         inventory_diff=None,
     )
@@ -339,4 +365,7 @@ def write_run(run: Run, folder: Path, *, report: bool = True, record: bool = Tru
         (folder / "report.json").write_text(make_report(run).model_dump_json(indent=2) + "\n", encoding="utf-8")
     if record:
         (folder / "build.json").write_text(make_record(run).model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if report or record:
+        listed = environment_of_run(run)
+        (folder / ENVIRONMENT_FILE).write_text(listed.model_dump_json(indent=1) + "\n", encoding="utf-8")
     return folder

@@ -11,7 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.model.comparison import Comparison, Difference, Verdict
-from orchestrator.report.compare_markdown import OVERALL_TEXT, VERDICT_TEXT, short, side_summary, verdict_label
+from orchestrator.report.compare_markdown import (
+    OVERALL_TEXT,
+    VERDICT_TEXT,
+    environment_summary,
+    short,
+    side_summary,
+    verdict_label,
+)
 
 _VERDICT_STYLE: dict[Verdict, str] = {
     "same": "green",
@@ -91,6 +98,17 @@ def print_compare(console: Console, comparison: Comparison) -> None:
             name, _, version = line.partition("==")
             table.add_row(escape(name), "[dim](absent)[/]", escape(version))
         console.print(table)
+
+    console.print("\n[bold]environment[/]")
+    head, *files = environment_summary(c)
+    style = (
+        "dim"
+        if c.environment is None
+        else ("green" if c.environment.same else _VERDICT_STYLE[c.environment_verdict or "changed"])
+    )
+    console.print(f"  [{style}]{escape(head)}[/]")
+    for line in files:
+        console.print(f"    • {escape(line)}")
 
     _differences(console, "system", c.system, c.intent)
 

@@ -57,6 +57,7 @@ def handover(dossier: Path, out: Path, source: Path | None, variant: str | None)
 @gpus_option
 def verify(folder: Path, out: Path | None, gpus: str | None) -> None:
     """Replay a hand-over folder: check its files and image tarball, load the image untagged, probe again, compare."""
+    from rich.markup import escape
     from rich.table import Table
 
     from orchestrator.cli.console import make_console
@@ -100,9 +101,20 @@ def verify(folder: Path, out: Path | None, gpus: str | None) -> None:
     console.print(table)
     for name, before, after in result.number_differences:
         console.print(f"  numbers differ: {name}: shipped {before}, replayed {after}")
+    env = result.environment
+    if env is None:
+        console.print(f"  environment: {escape(result.environment_note or 'not compared')}")
+    elif env.same:
+        console.print(f"  environment: [green]same environment[/] ({env.digest_a})")
+    else:
+        console.print(f"  environment: [red]differs[/]: shipped {env.digest_a}, replayed {env.digest_b}")
+        for line in env.lines():
+            console.print(f"    • {escape(line.removeprefix('environment '))}")
     console.print(f"  replayed report: {result.report_paths['html']}")
     if not result.reproduced or result.report.verdict != "passed":
         differing = [layer.stage for layer in result.layers if layer.verdict != "reproduced"]
+        if env is not None and not env.same:
+            differing.append("the environment digest")
         raise VerdictFailed(
             f"the replay of {result.manifest.dossier_name} "
             + (f"differs at {', '.join(differing)}" if differing else f"ended {result.report.verdict}")

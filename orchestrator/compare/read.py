@@ -6,14 +6,20 @@ comparison reads is a declared field of `orchestrator.model.facts`, so renaming 
 
 from __future__ import annotations
 
+import os
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator.documents import read_one_of
+from pydantic import ValidationError
+
+from orchestrator.documents import read_json, read_one_of
 from orchestrator.dossier.load import read_declaration
 from orchestrator.errors import BadInput, DossierError
 from orchestrator.model.build_record import BUILD_FORMAT, BuildRecord
 from orchestrator.model.comparison import VariantInfo
+from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentFile, EnvironmentSummary
 from orchestrator.model.facts import DeviceStageFacts, HostStageFacts, ImageStageFacts
 from orchestrator.model.report import REPORT_FORMAT, Report
 from orchestrator.report.view import one_line
@@ -35,6 +41,8 @@ class Side:
     record_file: Path | None = None
     variant: VariantInfo | None = None  # None: the documents record no variant, or it was not looked up
     notes: tuple[str, ...] = ()
+    #: The per-file list of the side's environment digest (environment.json beside it), when it was found.
+    environment_files: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.report is None and self.record is None:
@@ -90,6 +98,48 @@ def host_facts(side: Side) -> HostStageFacts | None:
 def device_facts(side: Side) -> DeviceStageFacts | None:
     stage = side.report.stages.get("device") if side.report else None
     return stage.facts if stage is not None and isinstance(stage.facts, DeviceStageFacts) else None
+
+
+# -- the environment digest's per-file list -----------------------------------------------------------
+
+#: environment.json of torch's CPU build is ~4 MB (22 000 files); the bound leaves room for CUDA builds.
+MAX_ENVIRONMENT_BYTES = 96 << 20
+
+
+def environment_of(side: Side) -> EnvironmentSummary | None:
+    """The side's environment digest: its build record's inventory, else its report's image facts."""
+    if side.record is not None and side.record.inventory is not None and side.record.inventory.environment:
+        return side.record.inventory.environment
+    facts = image_facts(side)
+    return facts.environment if facts is not None else None
+
+
+def read_environment_file(path: Path, summary: EnvironmentSummary) -> tuple[dict[str, str] | None, str | None]:
+    """The per-file list at `path` when it is a regular file that folds to `summary`'s digest; else (None, why)."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path} not used: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{path} not used: not a regular file"
+    if info.st_size > MAX_ENVIRONMENT_BYTES:
+        return None, f"{path} not used: {info.st_size} bytes, over the limit of {MAX_ENVIRONMENT_BYTES}"
+    try:
+        listed = EnvironmentFile.model_validate(read_json(path, "an environment file (orch.environment/1)"))
+    except BadInput as exc:
+        return None, f"{path} not used: {one_line(exc.message, 200)}"
+    except ValidationError as exc:
+        return None, f"{path} not used: {one_line(str(exc.errors()[0]['msg']), 200)}"
+    if listed.summary.digest != summary.digest:
+        return None, f"{path} not used: it lists another environment ({listed.summary.digest[:19]})"
+    return dict(listed.files), None
+
+
+def environment_file_beside(side_path: Path) -> Path:
+    """Where a side's environment.json lies: in the folder given, or beside the file given."""
+    return (side_path if side_path.is_dir() else side_path.parent) / ENVIRONMENT_FILE
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -204,6 +254,10 @@ def load_side(path: Path) -> Side:
         record_file=record_file,
         notes=tuple(notes),
     )
+    summary = environment_of(side)
+    if summary is not None:
+        files, why = read_environment_file(environment_file_beside(path), summary)
+        side = replace(side, environment_files=files, notes=side.notes + ((why,) if why else ()))
     name = side.variant_name
     if name is None:
         return side

@@ -2,7 +2,8 @@
 
 `regressed` when any row is `changed` or `regression`; `identical` when every row is `same`;
 `equivalent` otherwise. `unintended` lists every regression first (stages, then numbers), then every
-unintended change (packages, system, stages, numbers, dossier), one line each.
+unintended change (packages, the environment's differing files, system, stages, numbers, dossier), one
+line each.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from orchestrator.compare.diff import (
     system_rows,
     variant_of,
 )
+from orchestrator.compare.environment import environment_rows
 from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side
 from orchestrator.model.comparison import (
@@ -27,6 +29,7 @@ from orchestrator.model.comparison import (
     StageComparison,
     Verdict,
 )
+from orchestrator.model.environment import EnvironmentDiff
 from orchestrator.model.inventory import InventoryDiff
 from orchestrator.report.view import one_line
 
@@ -46,6 +49,8 @@ def unintended_lines(
     system: list[Difference],
     stages: list[StageComparison],
     numbers: list[NumberComparison],
+    environment: EnvironmentDiff | None = None,
+    environment_verdict: Verdict | None = None,
 ) -> list[str]:
     def stage_line(row: StageComparison) -> str:
         return f"{row.stage} stage {row.a} in A, {row.b} in B" + (f" ({row.note})" if row.note else "")
@@ -70,6 +75,8 @@ def unintended_lines(
         ]
         lines += [f"package added: {line}" for line in packages.added]
         lines += [f"package removed: {line}" for line in packages.removed]
+    if environment is not None and environment_verdict == "changed":
+        lines += environment.lines()
     lines += [difference_line(row) for row in system if row.verdict == "changed"]
     lines += [stage_line(row) for row in stages if row.verdict == "changed"]
     lines += [number_line(row) for row in numbers if row.verdict == "changed"]
@@ -99,6 +106,7 @@ def compare_sides(a: Side, b: Side) -> Comparison:
     dossier = dossier_rows(a, b, intent)
     packages, packages_verdict, packages_note = package_rows(a, b, intent, not_compared)
     system = system_rows(a, b, intent, not_compared)
+    environment, environment_verdict, environment_note = environment_rows(a, b, intent, not_compared)
     layers = compare_layers(a, b, intent)
     not_compared += layers.not_compared
 
@@ -106,6 +114,8 @@ def compare_sides(a: Side, b: Side) -> Comparison:
     verdicts += [row.verdict for row in layers.stages] + [row.verdict for row in layers.numbers]
     if packages_verdict is not None:
         verdicts.append(packages_verdict)
+    if environment_verdict is not None:
+        verdicts.append(environment_verdict)
     return Comparison(
         a=_side_info(a),
         b=_side_info(b),
@@ -115,10 +125,15 @@ def compare_sides(a: Side, b: Side) -> Comparison:
         packages_verdict=packages_verdict,
         packages_note=packages_note,
         system=system,
+        environment=environment,
+        environment_verdict=environment_verdict,
+        environment_note=environment_note,
         stages=layers.stages,
         numbers=layers.numbers,
         not_compared=not_compared,
         notes=notes,
-        unintended=unintended_lines(dossier, packages, packages_verdict, system, layers.stages, layers.numbers),
+        unintended=unintended_lines(
+            dossier, packages, packages_verdict, system, layers.stages, layers.numbers, environment, environment_verdict
+        ),
         verdict=overall(verdicts),
     )

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import __version__
+from orchestrator.model.environment import EnvironmentDiff
 from orchestrator.model.inventory import InventoryDiff
 from orchestrator.model.report import StageName, StageStatus
 
@@ -91,6 +92,11 @@ class Comparison(Frozen):
     packages_verdict: Verdict | None
     packages_note: str | None = None
     system: list[Difference]
+    #: The environment digests (every installed file's sha256): same, or the files that differ. Added in orch
+    #: 0.1 within `orch.compare/1`; None when a side records no digest (see not_compared).
+    environment: EnvironmentDiff | None = None
+    environment_verdict: Verdict | None = None
+    environment_note: str | None = None
     stages: list[StageComparison]
     numbers: list[NumberComparison]
     not_compared: list[str]

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from orchestrator.model.build_record import CacheStats
 from orchestrator.model.device import Accelerator, Compute, DeviceEntry, TorchBuild, VisibleNodes
+from orchestrator.model.environment import EnvironmentSummary
 from orchestrator.model.host import AmdDriverFacts, CompatVerdict, CpuFacts, DockerGpuFacts, NvidiaDriverFacts
 from orchestrator.model.recorded import Recorded
 
@@ -35,6 +36,8 @@ class ImageStageFacts(Recorded):
     #: (`orch compare` then compares packages from the report alone).
     packages: int | list[str] | None = None
     os_packages: int | None = None
+    #: The environment digest of the image's installed files (model/environment.py); the list is environment.json.
+    environment: EnvironmentSummary | None = None
     build_seconds: float | None = None
     built: str | None = None
     #: Only after a failed build (`orch rebuild`): the build's log file and its layer-cache counts.

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.model.environment import EnvironmentListing, EnvironmentSummary
 from orchestrator.model.recorded import Recorded
 from orchestrator.redact import redact
 
@@ -69,6 +70,10 @@ class Inventory(Frozen):
     backend: BackendFacts
     errors: list[str] = Field(default_factory=list, description="Probe steps that could not report.")
     extensions: ExtensionsFacts | None = Field(default=None, description="Compiled extensions (dossier `build`).")
+    environment: EnvironmentSummary | None = Field(
+        default=None,
+        description="The environment digest (model/environment.py); its per-file list is environment.json.",
+    )
 
 
 class PackageChange(Frozen):
@@ -125,7 +130,7 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
     pip = document.get("pip") or {}
     os_section = document.get("os") or {}
     backend = document.get("backend") or {}
-    for name in ("pip", "os", "backend", "extensions"):
+    for name in ("pip", "os", "backend", "extensions", "environment"):
         section = document.get(name)
         if isinstance(section, dict) and "error" in section:
             errors.append(f"{name}: {section['error']}")
@@ -258,3 +263,5 @@ class InventoryProbeReport(Recorded):
     backend: ProbeBackend | SectionError
     #: Only in images with compiled extensions (dossier `build`).
     extensions: ProbeExtensions | SectionError | None = None
+    #: Every installed file's sha256 and their digest; absent from probes older than the digest.
+    environment: EnvironmentListing | SectionError | None = None

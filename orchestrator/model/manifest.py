@@ -38,3 +38,6 @@ class Manifest(BaseModel):
     image_tag: str
     report_verdict: Literal["passed", "failed"]
     files: list[ManifestFile]
+    #: The image's environment digest (model/environment.py); its file list is build/environment.json.
+    #: Added within orch.handover/1: None in hand-overs made before it, and when the build recorded none.
+    environment_digest: str | None = None

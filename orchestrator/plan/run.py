@@ -19,6 +19,9 @@ from orchestrator.plan.specs import LABEL_PREFIX, Mount, RunSpec
 from orchestrator.resources import probe_source
 
 INVENTORY_TIMEOUT_S = 300
+#: The inventory probe prints every installed file with its sha256 (the environment digest's list, at most
+#: model.environment.MAX_FILES): ~150 bytes a file, 45 MB at the bound, kept whole so its JSON parses.
+INVENTORY_LOG_BYTES = 64 << 20
 DEVICE_PROBE_TIMEOUT_S = 600
 PROBE_LABEL = f"{LABEL_PREFIX}.probe"
 
@@ -95,6 +98,7 @@ def inventory_spec(image: str) -> RunSpec:
         command=probe_command("inventory.py"),
         timeout_s=INVENTORY_TIMEOUT_S,
         labels={PROBE_LABEL: "inventory"},
+        max_log_bytes=INVENTORY_LOG_BYTES,
     )
 
 

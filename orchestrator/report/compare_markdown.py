@@ -112,6 +112,23 @@ def _md_differences(title: str, rows: list[Difference], c: Comparison) -> list[s
     return lines
 
 
+def environment_summary(c: Comparison) -> list[str]:
+    """The environment part of a comparison in words, shared by the Markdown and terminal renderings:
+    "same environment" with the digest, or the verdict and one line per differing file."""
+    env = c.environment
+    if env is None:
+        return ["not compared (see below)"]
+    if env.same:
+        return [f"same environment ({short(env.digest_a)})"]
+    assert c.environment_verdict is not None
+    verdict = verdict_label(c.environment_verdict, c.environment_note, intent=c.intent)
+    head = f"different environment: {short(env.digest_a)} → {short(env.digest_b)} ({verdict})"
+    if env.files_unknown is not None:
+        return [head, env.files_unknown]
+    counts = ", ".join(f"{env.counts.get(kind, 0)} {kind}" for kind in ("changed", "added", "removed"))
+    return [f"{head}; files: {counts}", *(line.removeprefix("environment ") for line in env.lines())]
+
+
 def _md_passed(passed: bool | None) -> str:
     return "" if passed is None else (" ✅" if passed else " ❌")
 
@@ -151,6 +168,11 @@ def render_compare_markdown(comparison: Comparison) -> str:
         for line in c.packages.added:
             name, _, version = line.partition("==")
             lines.append(_md_row([_md_code(name), "*(absent)*", _md_code(version)]))
+        lines.append("")
+    head, *files = environment_summary(c)
+    lines += ["## Environment", "", _md(head[:1].upper() + head[1:]) + ".", ""]
+    if files:
+        lines += [f"- {_md(line)}" for line in files]
         lines.append("")
     lines += _md_differences("System", c.system, c)
     lines += ["## Stages", ""]

@@ -40,7 +40,7 @@ from orchestrator.plan.build import created_label, default_tag, make_build_steps
 from orchestrator.stages.build_context import context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
-from orchestrator.stages.inventory import run_inventory
+from orchestrator.stages.inventory import probe_inventory, write_environment
 from orchestrator.timestamps import rfc3339
 
 
@@ -156,8 +156,11 @@ def run_build(
         inventory_source = "previous build.json of the same image id"
         probe_error = None
         if inventory is None:
-            inventory, probe_error = run_inventory(engine, built.id, replace(steps.inventory, image=built.id))
+            probed = probe_inventory(engine, built.id, replace(steps.inventory, image=built.id))
+            inventory, probe_error = probed.inventory, probed.error
             inventory_source = "inventory probe"
+            # Written before build.json, so a record never names a digest whose list is missing or older.
+            write_environment(out, probed.environment)
         durations["inventory"] = time.monotonic() - mark
         if inventory is None:
             failure = BuildFailure(step="inventory probe", first_error=probe_error or "no inventory")

@@ -5,7 +5,8 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     image.tar.gz        docker save of the built image (by tag), gzip-compressed
     dossier/            the dossier file and everything it references, at the same relative paths
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
-                        pip-freeze.txt (the observed inventory)
+                        pip-freeze.txt (the observed inventory), environment.json (every installed
+                        file's sha256: the environment digest's list)
     report/             report.json, report.md, report.html, junit.xml
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
@@ -31,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from orchestrator import __version__
+from orchestrator.compare.read import read_environment_file
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
+from orchestrator.model.environment import ENVIRONMENT_FILE
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
@@ -217,6 +220,7 @@ def write_handover(
     if report.image.id != record.image.id:
         raise BadInput(f"build.json and report.json in {rebuild_dir} name different images")
 
+    environment = record.inventory.environment if record.inventory is not None else None
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.orch-partial-", dir=out.parent))
     try:
@@ -230,6 +234,9 @@ def write_handover(
         for name in ("build.json", "build.log", "pip-freeze.txt"):
             if (rebuild_dir / name).is_file():
                 shutil.copy2(rebuild_dir / name, build / name)
+        # The environment's file list, only when it is the one build.json's digest names (never a stale one).
+        if environment is not None and read_environment_file(rebuild_dir / ENVIRONMENT_FILE, environment)[0]:
+            shutil.copy2(rebuild_dir / ENVIRONMENT_FILE, build / ENVIRONMENT_FILE)
         for name in ("Dockerfile", "requirements.lock"):
             shutil.copy2(rebuild_dir / "context" / name, build / name)
         (build / "wheels.sha256").write_text(
@@ -257,6 +264,7 @@ def write_handover(
             image_tag=record.image.tag,
             report_verdict=report.verdict,
             files=[ManifestFile(path=p, sha256=h, size=s) for p, h, s in entries],
+            environment_digest=environment.digest if environment is not None else None,
         )
         (staging / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
         sums = [(p, h) for p, h, _ in entries] + [(MANIFEST_FILE, file_sha256(staging / MANIFEST_FILE))]

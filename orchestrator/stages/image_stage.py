@@ -16,7 +16,7 @@ from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.build import LABEL_PREFIX, default_tag
 from orchestrator.plan.run import inventory_spec
 from orchestrator.stages.build import read_record
-from orchestrator.stages.inventory import run_inventory
+from orchestrator.stages.inventory import probe_inventory, write_environment
 from orchestrator.stages.results import check, stage_result
 
 
@@ -72,7 +72,11 @@ def image_stage(
     if not build_facts:
         build_facts["built"] = "earlier: no build.json of this image in the output folder, its build time is not known"
     if inventory is None:
-        inventory, error = run_inventory(engine, image.id, inventory_spec(image.id))
+        probed = probe_inventory(engine, image.id, inventory_spec(image.id))
+        inventory, error = probed.inventory, probed.error
+        if inventory is not None:
+            # `orch verify` names the files that differ from the hand-over's list with this one.
+            write_environment(out, probed.environment)
         if inventory is None:
             return stage_result(
                 "image",
@@ -109,6 +113,7 @@ def image_stage(
         "os": inventory.os_release.get("PRETTY_NAME"),
         "packages": len(inventory.pip_freeze),
         "os_packages": len(inventory.os_packages),
+        **({"environment": inventory.environment} if inventory.environment is not None else {}),
         **build_facts,
     }
     warning = reference_inventory_warning(loaded)

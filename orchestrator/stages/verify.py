@@ -27,14 +27,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.compare.environment import environment_verdict
 from orchestrator.compare.layers import compare_layers
-from orchestrator.compare.read import Side
+from orchestrator.compare.read import Side, environment_of, read_environment_file
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
 from orchestrator.model.comparison import UNINTENDED
+from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentDiff
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
@@ -88,6 +90,10 @@ class VerifyResult:
     reproduced: bool
     report_paths: dict[str, Path]
     image: LoadedImage
+    #: The replayed image's environment digest against the hand-over's: same, or the files that differ;
+    #: None when either side records no digest (a hand-over from before it), with the reason.
+    environment: EnvironmentDiff | None = None
+    environment_note: str | None = None
 
 
 def check_sums(folder: Path) -> Manifest:
@@ -144,6 +150,12 @@ def _check_shipped_report(folder: Path, manifest: Manifest) -> Report:
         raise HandoverDamaged(f"{SHIPPED_REPORT} is about another image than the manifest's {manifest.image_id[:19]}")
     if shipped.verdict != manifest.report_verdict:
         raise HandoverDamaged(f"{SHIPPED_REPORT} says {shipped.verdict}, the manifest says {manifest.report_verdict}")
+    environment = environment_of(Side(path=folder / SHIPPED_REPORT, report=shipped))
+    shipped_digest = environment.digest if environment is not None else None
+    if manifest.environment_digest is not None and shipped_digest != manifest.environment_digest:
+        raise HandoverDamaged(
+            f"{SHIPPED_REPORT} records environment {shipped_digest}, the manifest {manifest.environment_digest}"
+        )
     return shipped
 
 
@@ -238,6 +250,25 @@ def judge_replay(
     return verdicts, numbers
 
 
+def judge_environment(
+    checked: CheckedHandover, replayed: Report, out: Path
+) -> tuple[EnvironmentDiff | None, str | None]:
+    """The replayed image's environment digest against the shipped one (`orch compare`'s own verdict).
+
+    The shipped list is the hand-over's build/environment.json (checked against SHA256SUMS, and used only
+    when it folds to the shipped digest); the replayed one is what the image stage wrote into `out`.
+    """
+    shipped = environment_of(Side(path=checked.folder / SHIPPED_REPORT, report=checked.shipped))
+    again = environment_of(Side(path=out / "report.json", report=replayed))
+    if shipped is None or again is None:
+        side = "the hand-over" if shipped is None else "the replay"
+        return None, f"not compared: {side} records no environment digest"
+    files_shipped, _ = read_environment_file(checked.folder / "build" / ENVIRONMENT_FILE, shipped)
+    files_again, _ = read_environment_file(out / ENVIRONMENT_FILE, again)
+    diff, _, _ = environment_verdict(shipped, again, files_shipped, files_again, None)
+    return diff, None
+
+
 def verify_handover(
     folder: Path,
     engine: Engine,
@@ -263,7 +294,12 @@ def verify_handover(
     )
     paths = write_report(report, out)
     layers, numbers = judge_replay(checked.folder, checked.shipped, report)
-    reproduced = all(layer.verdict == "reproduced" for layer in layers) and report.verdict == checked.shipped.verdict
+    environment, environment_note = judge_environment(checked, report, out)
+    reproduced = (
+        all(layer.verdict == "reproduced" for layer in layers)
+        and report.verdict == checked.shipped.verdict
+        and (environment is None or environment.same)
+    )
     return VerifyResult(
         manifest=manifest,
         report=report,
@@ -272,4 +308,6 @@ def verify_handover(
         reproduced=reproduced,
         report_paths=paths,
         image=image,
+        environment=environment,
+        environment_note=environment_note,
     )

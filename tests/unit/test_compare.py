@@ -35,6 +35,7 @@ def side(run: Run, *, report: bool = True, record: bool = True) -> Side:
         path=Path(f"/runs/{run.identity[:8]}"),
         report=make_report(run) if report else None,
         record=make_record(run) if record else None,
+        environment_files=dict(run.environment),
     )
     if run.variant is None:
         return made
