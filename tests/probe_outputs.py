@@ -12,6 +12,7 @@ import copy
 import json
 from typing import Any
 
+from orchestrator.model.environment import fold_digest
 from tests.paths import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "probe-outputs"
@@ -33,9 +34,32 @@ def device_output(**changes: Any) -> dict[str, Any]:
     return document
 
 
+#: A few of the tiny-embeddings image's installed files, as the probe lists them (the recorded report
+#: predates the environment digest; its real list is 22 561 files, 3.6 MB).
+ENVIRONMENT_FILES = {
+    "/opt/app/embed.py": "5f" * 32,
+    "/opt/venv/bin/python": "link:" + "7a" * 32,
+    "/opt/venv/lib/python3.11/site-packages/numpy/__init__.py": "c2" * 32,
+    "/opt/venv/lib/python3.11/site-packages/torch/__pycache__/__init__.cpython-311.pyc": "d3" * 32,
+    "/opt/venv/pyvenv.cfg": "e4" * 32,
+}
+
+
+def environment_section(files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The inventory probe's `environment` section for `files` (default ENVIRONMENT_FILES), digest folded."""
+    files = dict(ENVIRONMENT_FILES if files is None else files)
+    return {
+        "roots": ["/opt/venv", "/opt/app"],
+        "digest": fold_digest(files),
+        "normalised": {"source mtime in timestamp-based __pycache__/*.pyc": 1},
+        "files": files,
+    }
+
+
 def inventory_output(**changes: Any) -> dict[str, Any]:
     """The recorded inventory-probe report with top-level sections replaced (a value of None removes it)."""
     document = copy.deepcopy(_load("inventory.json"))
+    document["environment"] = environment_section()
     for key, value in changes.items():
         if value is None:
             document.pop(key, None)

@@ -63,6 +63,12 @@ def sample_report() -> Report:
             "packages": PACKAGES,
             "size_bytes": 4_831_205_376,
             "os": HOSTILE,  # PRETTY_NAME from the image's /etc/os-release: the image controls it
+            "environment": {
+                "digest": "sha256:" + "e9" * 32,
+                "files": 22561,
+                "roots": ["/opt/venv", "/opt/app"],
+                "normalised": {"source mtime in timestamp-based __pycache__/*.pyc": 5933},
+            },
         },
     )
     host = StageResult(

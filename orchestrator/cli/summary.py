@@ -22,6 +22,9 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
     cache = record.cache
     build_s = record.durations_s.get("build", 0.0)
     console.print(f"  cache   {cache.cached}/{cache.steps} steps from the layer cache; build {build_s:.1f}s")
+    environment = record.inventory.environment if record.inventory is not None else None
+    if environment is not None:
+        console.print(f"  env     {environment.digest}  ({environment.files} files; list in environment.json)")
     if record.code.variant:
         console.print(f"  code    recorded variant {record.code.variant} (uncommitted changes)")
     if record.checks:

@@ -26,7 +26,7 @@ from orchestrator.stages.build import BuildOptions, run_build
 from orchestrator.stages.handover import write_handover
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from orchestrator.stages.verify import check_handover, verify_handover
-from tests.probe_outputs import device_output, inventory_output
+from tests.probe_outputs import ENVIRONMENT_FILES, device_output, environment_section, inventory_output
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CPU_HOST = HostFacts(
@@ -343,6 +343,29 @@ def test_a_hand_over_replays_on_a_clean_engine(tiny: LoadedDossier, tmp_path: Pa
     assert result.reproduced and result.report.verdict == "passed"
     assert ("load",) in clean.calls and result.image.dossier_tag == default_tag(tiny)
     assert {layer.verdict for layer in result.layers} == {"reproduced"}
+
+
+def test_a_hand_over_carries_the_environment_and_verify_names_a_changed_file(
+    tiny: LoadedDossier, tmp_path: Path
+) -> None:
+    _, engine = rebuilt(tiny, tmp_path / "rebuild")
+    manifest = write_handover(tiny, engine, tmp_path / "rebuild", tmp_path / "handover")
+    shipped = json.loads((tmp_path / "handover" / "build" / "environment.json").read_text())
+    assert manifest.environment_digest == shipped["summary"]["digest"] == environment_section()["digest"]
+    assert "build/environment.json" in (tmp_path / "handover" / "SHA256SUMS").read_text()
+
+    same = verify_handover(tmp_path / "handover", FakeEngine(runs=passing_runs(tiny)), tmp_path / "verify")
+    assert same.environment is not None and same.environment.same and same.reproduced
+
+    files = {**ENVIRONMENT_FILES, "/opt/venv/pyvenv.cfg": "00" * 32}
+    runs = {
+        **passing_runs(tiny),
+        "inventory": ScriptedRun(stdout=inventory_stdout(tiny, environment=environment_section(files))),
+    }
+    replay = verify_handover(tmp_path / "handover", FakeEngine(runs=runs), tmp_path / "verify-2")
+    assert not replay.reproduced and replay.environment is not None
+    assert replay.environment.lines() == ["environment file changed: /opt/venv/pyvenv.cfg"]
+    assert {layer.verdict for layer in replay.layers} == {"reproduced"}, "only the environment differs"
 
 
 def test_a_tampered_hand_over_is_refused_before_anything_loads(tiny: LoadedDossier, tmp_path: Path) -> None:

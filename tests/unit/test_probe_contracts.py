@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo, RunOutcome, RunSpec
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
+from orchestrator.model.environment import EnvironmentListing
 from orchestrator.model.host import CompatVerdict
 from orchestrator.model.inventory import InventoryProbeReport, ProbePip
 from orchestrator.model.recorded import mismatch_line
@@ -168,7 +169,7 @@ def test_the_device_probe_without_torch_validates(monkeypatch: pytest.MonkeyPatc
     assert report.torch is None and report.torch_error and "ModuleNotFoundError" in report.torch_error
 
 
-def test_the_inventory_probe_s_own_output_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_inventory_probe_s_own_output_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     inspect = {
         "version": "1",
         "pip_version": "25.0",
@@ -183,10 +184,16 @@ def test_the_inventory_probe_s_own_output_validates(monkeypatch: pytest.MonkeyPa
                 return {"ok": True, "returncode": 0, "stdout": stdout, "stderr": ""}
         return {"ok": False, "error": "FileNotFoundError(2)"}  # rpm, on a host without it
 
-    document = _run_probe("inventory.py", monkeypatch, _run=run)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    # The venv walked is a small one here, not the test's own interpreter's (thousands of files).
+    document = _run_probe("inventory.py", monkeypatch, _run=run, ENVIRONMENT_ROOTS=(str(venv),))
     report = InventoryProbeReport.model_validate(document)
     assert report.model_dump(mode="json") == document
     assert isinstance(report.pip, ProbePip) and report.pip.freeze == ["numpy==2.4.6"]
+    assert isinstance(report.environment, EnvironmentListing)
+    assert list(report.environment.files) == [f"{venv}/pyvenv.cfg"]
 
 
 # -- the stages: a report that does not match is a named failure of the stage ---------------------------
