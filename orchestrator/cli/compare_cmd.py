@@ -20,10 +20,11 @@ import click
     help="Also write the comparison as Markdown to FILE (a CI job summary, a PR comment).",
 )
 def compare(a: Path, b: Path, as_json: bool, markdown_out: Path | None) -> None:
-    """Compare B (a rebuild) with A (the reference): packages, system, stages and numbers.
+    """Compare B (a rebuild) with A (the reference): packages, environment, system, stages and numbers.
 
     A and B are each a report.json, a build.json, or a folder holding them (the output of `orch rebuild`).
-    A difference that a variant declared in the dossier explains is shown as intended, not as a
+    The environment digests say "same environment", or the installed files that differ (named from the
+    environment.json beside each side; docs/environment.md). A difference that a variant declared in the dossier explains is shown as intended, not as a
     regression. Exit 0 when identical or equivalent, 1 when B regressed, 2 on bad input.
     """
     from orchestrator.compare.read import load_side
