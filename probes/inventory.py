@@ -208,6 +208,7 @@ def extensions_section():
 # The host folds the list again (orchestrator/model/environment.py, `fold_digest`): the two must agree.
 
 ENVIRONMENT_ROOTS = (sys.prefix, "/opt/app", EXT_DIR)
+ENVIRONMENT_FLAG = "--environment"
 #: The most files listed; an environment larger than this is reported as an error, not half-listed.
 MAX_ENVIRONMENT_FILES = 300000
 _BUFFER = 1 << 20
@@ -304,7 +305,10 @@ def main():
     sections = (("pip", pip_section), ("os", os_section), ("backend", backend_section))
     if os.path.isdir(EXT_DIR):
         sections += (("extensions", extensions_section),)
-    sections += (("environment", environment_section),)
+    # Asked for by orch's own images only (`--environment`): `orch record` runs this probe on a reference
+    # interpreter, whose prefix may be /usr or a large conda folder that nothing compares against.
+    if ENVIRONMENT_FLAG in sys.argv[1:]:
+        sections += (("environment", environment_section),)
     for name, section in sections:
         try:
             result[name] = section()

@@ -95,7 +95,8 @@ def probe_command(name: str) -> list[str]:
 def inventory_spec(image: str) -> RunSpec:
     return RunSpec(
         image=image,
-        command=probe_command("inventory.py"),
+        # --environment: also hash every installed file (the environment digest, model/environment.py).
+        command=[*probe_command("inventory.py"), "--environment"],
         timeout_s=INVENTORY_TIMEOUT_S,
         labels={PROBE_LABEL: "inventory"},
         max_log_bytes=INVENTORY_LOG_BYTES,

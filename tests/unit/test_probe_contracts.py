@@ -188,12 +188,15 @@ def test_the_inventory_probe_s_own_output_validates(monkeypatch: pytest.MonkeyPa
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     # The venv walked is a small one here, not the test's own interpreter's (thousands of files).
+    monkeypatch.setattr("sys.argv", ["-c", "--environment"])  # as plan.run.inventory_spec starts it
     document = _run_probe("inventory.py", monkeypatch, _run=run, ENVIRONMENT_ROOTS=(str(venv),))
     report = InventoryProbeReport.model_validate(document)
     assert report.model_dump(mode="json") == document
     assert isinstance(report.pip, ProbePip) and report.pip.freeze == ["numpy==2.4.6"]
     assert isinstance(report.environment, EnvironmentListing)
     assert list(report.environment.files) == [f"{venv}/pyvenv.cfg"]
+    monkeypatch.setattr("sys.argv", ["-c"])  # orch record: a reference interpreter's prefix is not walked
+    assert "environment" not in _run_probe("inventory.py", monkeypatch, _run=run, ENVIRONMENT_ROOTS=(str(venv),))
 
 
 # -- the stages: a report that does not match is a named failure of the stage ---------------------------
