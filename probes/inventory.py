@@ -4,6 +4,7 @@ Standard library only at top level; every step reports failure as data, and the 
 document and exits 0 when it managed to report (a failed check is data, not a crash).
 """
 
+import concurrent.futures
 import glob
 import hashlib
 import json
@@ -264,6 +265,7 @@ def _text_path(path):
 def environment_section(roots=None):
     roots = [os.path.normpath(root) for root in (roots or ENVIRONMENT_ROOTS)]
     files = {}
+    regular = []
     normalised = {name: 0 for name, _, _, _ in NORMALISED}
     seen = []
     for root in roots:
@@ -279,16 +281,20 @@ def environment_section(roots=None):
                     target = os.fsencode(os.readlink(path))
                     files[_text_path(path)] = "link:" + hashlib.sha256(target).hexdigest()
                 elif stat.S_ISREG(info.st_mode):
-                    files[_text_path(path)], applied = hash_file(path)
-                    if applied is not None:
-                        normalised[applied] += 1
-                if len(files) > MAX_ENVIRONMENT_FILES:
+                    regular.append(path)
+                if len(files) + len(regular) > MAX_ENVIRONMENT_FILES:
                     raise ValueError(f"more than {MAX_ENVIRONMENT_FILES} files under {', '.join(seen)}")
             # Folders that are links (os.walk lists them among `folders` and does not enter them).
             for name in list(folders):
                 path = os.path.join(here, name)
                 if os.path.islink(path):
                     files[_text_path(path)] = "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+    # sha256 releases the GIL on large buffers: a few threads hash a CUDA build's gigabytes several times faster.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for path, (value, applied) in zip(regular, pool.map(hash_file, regular)):
+            files[_text_path(path)] = value
+            if applied is not None:
+                normalised[applied] += 1
     return {"roots": seen, "digest": fold_digest(files), "normalised": normalised, "files": files}
 
 
