@@ -291,10 +291,12 @@ def environment_section(roots=None):
                     files[_text_path(path)] = "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
     # sha256 releases the GIL on large buffers: a few threads hash a CUDA build's gigabytes several times faster.
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for path, (value, applied) in zip(regular, pool.map(hash_file, regular)):
-            files[_text_path(path)] = value
-            if applied is not None:
-                normalised[applied] += 1
+        hashed = list(pool.map(hash_file, regular))  # in order; no zip(strict=): the probe runs on Python < 3.10 too
+    for index, path in enumerate(regular):
+        value, applied = hashed[index]
+        files[_text_path(path)] = value
+        if applied is not None:
+            normalised[applied] += 1
     return {"roots": seen, "digest": fold_digest(files), "normalised": normalised, "files": files}
 
 
