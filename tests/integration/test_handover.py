@@ -103,6 +103,7 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
         "build/wheels.sha256",
         "build/build.json",
         "build/pip-freeze.txt",
+        "build/environment.json",
         "report/report.json",
         "report/report.html",
         "report/report.md",
@@ -123,6 +124,9 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert engine.image(manifest.image_id) is None
     result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
+    # The replayed image's environment digest is the shipped one (docs/environment.md).
+    assert manifest.environment_digest is not None
+    assert f"same environment ({manifest.environment_digest})" in " ".join((result.stdout + result.stderr).split())
     reloaded = engine.image(manifest.image_id)
     assert reloaded is not None, "verify loaded the image"
     # Loaded with no tag of the tarball's; tagged by id, and with the dossier's own tag, which was free.
