@@ -23,11 +23,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-ENVIRONMENT_FORMAT = "orch.environment/1"
-#: The file next to build.json (and in the probe's output folder) holding the per-file list.
+#: The file next to build.json (and in the image stage's output folder) holding the per-file list.
 ENVIRONMENT_FILE = "environment.json"
-#: The roots the probe walks in an orch image (the venv is the probe's own sys.prefix).
-DEFAULT_ROOTS = ("/opt/venv", "/opt/app", "/opt/orch/ext")
 #: Bounds on what a container may hand back: files listed, and one path's length.
 MAX_FILES = 300_000
 MAX_PATH = 4096
@@ -44,7 +41,6 @@ NORMALISATION_RULES: dict[str, str] = {
 #: How many differing files a comparison names; the counts always cover all of them.
 MAX_NAMED = 200
 
-Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 _VALUE = re.compile(r"^(link:)?[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -94,12 +90,7 @@ class EnvironmentListing(Frozen):
 
     @model_validator(mode="after")
     def _paths_and_digest(self) -> EnvironmentListing:
-        for path, value in self.files.items():
-            problem = path_problem(path, self.roots)
-            if problem is not None:
-                raise ValueError(f"{path[:200]!r} {problem}")
-            if not _VALUE.match(value):
-                raise ValueError(f"{path[:200]!r}: {value[:80]!r} is not a sha256 (or link:sha256)")
+        check_files(self.files, self.roots)
         folded = fold_digest(self.files)
         if folded != self.digest:
             raise ValueError(f"the digest {self.digest} is not the fold of its file list ({folded})")
@@ -130,6 +121,16 @@ def path_problem(path: str, roots: list[str]) -> str | None:
     return None
 
 
+def check_files(files: dict[str, str], roots: list[str]) -> None:
+    """Every listed path may be listed (`path_problem`) and every value is `[link:]<64 hex>`; else ValueError."""
+    for path, value in files.items():
+        problem = path_problem(path, roots)
+        if problem is not None:
+            raise ValueError(f"{path[:200]!r} {problem}")
+        if not _VALUE.match(value):
+            raise ValueError(f"{path[:200]!r}: {value[:80]!r} is not a sha256 (or link:sha256)")
+
+
 class EnvironmentSummary(Frozen):
     """What build.json, the report and the hand-over manifest record: the digest and how it was made."""
 
@@ -150,12 +151,7 @@ class EnvironmentFile(Frozen):
 
     @model_validator(mode="after")
     def _agrees(self) -> EnvironmentFile:
-        for path, value in self.files.items():
-            problem = path_problem(path, self.summary.roots)
-            if problem is not None:
-                raise ValueError(f"{path[:200]!r} {problem}")
-            if not _VALUE.match(value):
-                raise ValueError(f"{path[:200]!r}: {value[:80]!r} is not a sha256 (or link:sha256)")
+        check_files(self.files, self.summary.roots)
         if fold_digest(self.files) != self.summary.digest or len(self.files) != self.summary.files:
             raise ValueError("the file list does not fold to the recorded digest")
         return self
