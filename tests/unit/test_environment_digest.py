@@ -9,6 +9,7 @@ import runpy
 import shutil
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from orchestrator.model.environment import (
 )
 from orchestrator.report.compare_markdown import render_compare_markdown
 from orchestrator.stages.inventory import probe_inventory
-from tests.compare_sample import ENVIRONMENT, Run, write_run
+from tests.compare_sample import ENVIRONMENT, Run, cpu_variant_of_cuda, cuda_reference, write_run
 from tests.paths import REPO
 from tests.probe_outputs import environment_section, inventory_output
 
@@ -257,9 +258,17 @@ def test_a_side_without_a_digest_is_not_compared_and_says_why(tmp_path: Path) ->
     old = reference.record.model_copy(  # type: ignore[union-attr]
         update={"inventory": reference.record.inventory.model_copy(update={"environment": None})}  # type: ignore[union-attr]
     )
-    from dataclasses import replace
-
     older = replace(reference, record=old, report=None, environment_files=None)
     comparison = compare_sides(reference, older)
     assert comparison.environment is None
     assert "environment: B records no environment digest (built by an orch without it)" in comparison.not_compared
+
+
+def test_a_declared_variant_that_replaces_the_platform_explains_another_environment(tmp_path: Path) -> None:
+    cuda = write_run(cuda_reference(), tmp_path / "cuda")
+    cpu_files = (*ENVIRONMENT[:-1], ("/opt/venv/lib/python3.11/site-packages/torch/__init__.py", "99" * 32))
+    cpu = write_run(replace(cpu_variant_of_cuda(), environment=cpu_files), tmp_path / "cpu")
+    comparison = compare_sides(load_side(cuda), load_side(cpu))
+    assert comparison.environment_verdict == "intended" and comparison.verdict != "regressed"
+    assert comparison.environment is not None and comparison.environment.changed == [cpu_files[-1][0]]
+    assert not any(line.startswith("environment") for line in comparison.unintended)
