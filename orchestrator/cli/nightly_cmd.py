@@ -81,7 +81,19 @@ def run(plan_file: Path, resume: bool, dry_run: bool) -> None:
     for name in result.removed_nights:
         click.echo(f"retention: removed night {name}")
     if result.exit_code:
-        raise click.exceptions.Exit(result.exit_code)
+        from orchestrator.errors import EXIT_ENVIRONMENT, EnvironmentFailure, VerdictFailed
+
+        failed = [
+            cell.cell_id for cell in result.state.cells if cell.outcome is None or cell.outcome.status != "passed"
+        ]
+        message = (
+            f"night {result.night_dir.name}: {len(failed)} of {len(result.state.cells)} cells did not pass ({failed[0]}"
+        )
+        message += f" and {len(failed) - 1} more)" if len(failed) > 1 else ")"
+        hint = f"Read {result.night_dir / 'summary.md'} (or summary.html)."
+        if result.exit_code == EXIT_ENVIRONMENT:
+            raise EnvironmentFailure(message + "; only the environment failed", hint=hint)
+        raise VerdictFailed(message, hint=hint)
 
 
 def _counts(state: Any) -> dict[str, int]:

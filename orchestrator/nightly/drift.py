@@ -203,7 +203,7 @@ def _number_changes(before: CellFacts, after: CellFacts) -> list[Change]:
             changes.append(
                 Change(
                     kind="number",
-                    text=f"{criterion.name}: {old.value:.6g} → {criterion.value:.6g} (Δ {delta:+.3g}){held}",
+                    text=f"{criterion.name}: {old.value:.8g} → {criterion.value:.8g} (Δ {delta:+.3g}){held}",
                 )
             )
         elif held:

@@ -7,7 +7,8 @@ cell's own failure; anything that escapes it is recorded as the cell's `error` o
 Interrupt-safety (docs/nightly.md, "History"): the night's folder is claimed before the first cell,
 `night.json` is rewritten atomically at every cell's start and end, each finished cell also gets its
 `outcome.json`; Ctrl-C or a crash leaves the night `incomplete` (a killed runner's `running` night reads
-as incomplete too), and `--resume` runs only its unfinished cells, in the same folder. The summary is
+as incomplete too), and `--resume` runs only its unfinished cells (never started, still running when the
+runner died, or `cancelled` by the interrupt), in the same folder, each from a clean cell folder. The summary is
 written last, and only then is the night `complete` and `latest` pointed at it.
 
 Exit codes (`night_exit_code`): 0 every cell passed; 1 a cell failed on its own (a verdict, a timeout,
@@ -200,7 +201,12 @@ def run_night(
         cells = expand_cells(plan, night_dir)
         if resume:
             previous = history.read_state(night_dir)
-            done = {c.cell_id: c for c in previous.cells if c.state == "done" and c.outcome is not None}
+            # A cell the interrupt cancelled did not finish its work: it runs again, like one never started.
+            done = {
+                c.cell_id: c
+                for c in previous.cells
+                if c.state == "done" and c.outcome is not None and c.outcome.status != "cancelled"
+            }
             states = tuple(done.get(cell.request.cell_id) or _cell_state(cell) for cell in cells)
             for cell in cells:
                 if cell.request.cell_id not in done:
