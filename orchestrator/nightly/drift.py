@@ -32,8 +32,9 @@ from orchestrator.text import one_line
 
 StatusChange = Literal["new", "newly failing", "fixed", "still failing", "still passing"]
 
-#: Sample checks that say something about structure, not a number to follow over nights.
-_STRUCTURAL = (": written", ": readable", ": shape", ": dtype", ": finite", ": identifiers")
+#: The sample's criteria: its comparisons with the reference outputs (`NAME: METRIC vs FILE`) and its
+#: business checks (nearest-neighbour agreement, label equality); the rest is structure, not a number to follow.
+_CRITERIA = re.compile(r" vs |: nearest-neighbour agreement|: label equality")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
 
 
@@ -115,6 +116,11 @@ def read_build(cell_dir: Path) -> BuildRecord | None:
         return None
 
 
+def _build_seconds(record: BuildRecord) -> float:
+    durations = record.durations_s
+    return round(durations["total"] if "total" in durations else sum(durations.values()), 3)
+
+
 def cell_facts(cell_dir: Path) -> CellFacts:
     """The numbers of one cell's folder: build time, image size, base digest, first failing stage, criteria."""
     report, record = read_report(cell_dir), read_build(cell_dir)
@@ -131,7 +137,7 @@ def cell_facts(cell_dir: Path) -> CellFacts:
             first_failing = next((name for name, stage in report.stages.items() if stage.status == "not_run"), None)
         sample = report.stages.get("sample")
         for check in sample.checks if sample else []:
-            if check.name.endswith(_STRUCTURAL):
+            if not _CRITERIA.search(check.name):
                 continue
             criteria.append(
                 Criterion(
@@ -145,7 +151,7 @@ def cell_facts(cell_dir: Path) -> CellFacts:
     elif record is not None and record.status == "failed":
         first_failing = "image"
     return CellFacts(
-        build_s=round(sum(record.durations_s.values()), 3) if record is not None else None,
+        build_s=_build_seconds(record) if record is not None else None,
         image_bytes=record.image.size_bytes if record is not None and record.image is not None else None,
         base_image_digest=(record.base_image.digest or record.base_image.id) if record is not None else None,
         first_failing_stage=first_failing,

@@ -230,6 +230,7 @@ def run_night(
             pending = [cell.cell_id for cell in recorder.state.cells if cell.state != "done"]
             if pending:  # a pool dropped them: only on an interrupt, which re-raises above; kept as a guard
                 raise RuntimeError(f"{len(pending)} cells never ran")
+            recorder.update(finished=rfc3339(clock()))
             summary = build_summary(
                 night_dir,
                 recorder.state,
@@ -241,7 +242,7 @@ def run_night(
                 recorder.update(publish=_publish(plan, night_dir, recorder.state))
                 summary = summary.model_copy(update={"publish": recorder.state.publish})
             write_summary(night_dir, summary)
-            recorder.update(status="complete", finished=rfc3339(clock()))
+            recorder.update(status="complete")
         except KeyboardInterrupt:
             recorder.update(status="incomplete", reason="interrupted (Ctrl-C)", finished=rfc3339(clock()))
             raise

@@ -36,7 +36,9 @@ COLOURS = {
 
 
 def _label(cell: CellSummary) -> str:
-    return "passed" if cell.status == "passed" else f"{cell.status}: {cell.first_failing or cell.status}"
+    if cell.status == "passed" or cell.first_failing in (None, cell.status):
+        return cell.status
+    return f"{cell.status}: {cell.first_failing}"
 
 
 # -- Markdown -----------------------------------------------------------------------------------------
@@ -168,10 +170,13 @@ def _plot(title: str, values: list[float | None]) -> Plot | None:
         return None
     low = min(value for _, value in known)
     high = max(value for _, value in known)
-    span = (high - low) or 1.0
+    span = high - low
     step = (PLOT_W - 2 * PAD) / max(1, len(values) - 1)
     coords = tuple(
-        (round(PAD + index * step, 1), round(PLOT_H - PAD - (value - low) / span * (PLOT_H - 2 * PAD), 1))
+        (
+            round(PAD + index * step, 1),
+            round(PLOT_H - PAD - (value - low) / span * (PLOT_H - 2 * PAD), 1) if span else PLOT_H / 2,
+        )
         for index, value in known
     )
     return Plot(
