@@ -45,7 +45,9 @@ tag_namespace: {SESSION_TAG_NAMESPACE}
     first = run_night(plan, {"local": LocalRebuildTarget("local")}, clock=lambda: datetime(2026, 12, 1, tzinfo=UTC))
     assert first.exit_code == 0, (first.night_dir / "tiny-embeddings@local" / "rebuild.log").read_text()[-3000:]
     cell = first.night_dir / "tiny-embeddings@local"
-    assert {"build.json", "report.json", "report.html", "rebuild.log", "outcome.json"} <= {p.name for p in cell.iterdir()}
+    assert {"build.json", "report.json", "report.html", "rebuild.log", "outcome.json"} <= {
+        p.name for p in cell.iterdir()
+    }
 
     app = tiny_example / "app" / "embed.py"
     source = app.read_text()
