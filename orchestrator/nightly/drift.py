@@ -84,6 +84,8 @@ class CellDrift(_Frozen):
     status_change: StatusChange
     changes: tuple[Change, ...]
     packages: InventoryDiff | None = None
+    #: One sentence: what the changes did (the verdict, the criteria that moved), None when nothing changed.
+    effect: str | None = None
     #: Against the reference: the comparison's verdict (with `reference_run`) and its unintended lines,
     #: else the report's criteria against the dossier's reference outputs.
     reference_verdict: str | None = None
@@ -217,6 +219,24 @@ def _number_changes(before: CellFacts, after: CellFacts) -> list[Change]:
     return changes
 
 
+_VERDICT = {
+    "newly failing": "the cell now fails",
+    "fixed": "the cell now passes",
+    "still failing": "the cell still fails",
+    "still passing": "the cell still passes",
+}
+
+
+def effect_of(change: StatusChange, changes: list[Change]) -> str | None:
+    """What tonight's changes did: the verdict, then each criterion, stage, build time or size that moved."""
+    if change == "new" or not changes:
+        return None
+    moved = [c.text for c in changes if c.kind in ("number", "stage", "build-time", "image-size")]
+    if moved:
+        return f"{_VERDICT[change]}; " + "; ".join(moved)
+    return f"{_VERDICT[change]}; no criterion moved"
+
+
 def cell_drift(
     cell_id: str,
     current_dir: Path,
@@ -288,6 +308,7 @@ def cell_drift(
         status_change=change,
         changes=tuple(changes),
         packages=packages,
+        effect=effect_of(change, changes),
         reference_verdict=reference_verdict,
         reference_lines=reference_lines,
         notes=tuple(notes),

@@ -79,6 +79,8 @@ def render_markdown(summary: NightSummary) -> str:
         out.append("")
         out += [f"- {markdown_text(change.kind)}: {markdown_text(change.text)}" for change in cell.drift.changes]
         out += [f"- note: {markdown_text(note)}" for note in cell.drift.notes]
+        if cell.drift.effect:
+            out += ["", f"Effect: {markdown_text(cell.drift.effect)}."]
         out.append("")
     out += ["", "## Against the reference", ""]
     for cell in summary.cells:
@@ -222,6 +224,7 @@ def html_view(summary: NightSummary) -> dict[str, Any]:
             "duration": f"{cell.duration_s:.1f} s",
             "since": cell.drift.previous_night,
             "status_change": cell.drift.status_change,
+            "effect": cell.drift.effect,
             "changes": [f"{change.kind}: {change.text}" for change in cell.drift.changes],
             "notes": list(cell.drift.notes),
             "reference_verdict": cell.drift.reference_verdict or "not compared",

@@ -168,6 +168,7 @@ def test_second_night_sees_a_bumped_package_and_its_effect(tmp_path: Path) -> No
         text.startswith("embeddings: cosine vs reference") and "→ 0.9998 (Δ" in text and "(now FAILS)" in text
         for text in texts
     ), texts
+    assert cell["drift"]["effect"].startswith("the cell now fails; stage sample: passed → failed; embeddings: cosine")
     untouched = next(c for c in summary["cells"] if c["cell_id"] == "tiny-embeddings@gpu-b")
     assert untouched["drift"]["changes"] == [] and untouched["drift"]["status_change"] == "still passing"
     assert [point["night"] for point in cell["trend"]] == ["2026-12-01", "2026-12-02"]
