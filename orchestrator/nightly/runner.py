@@ -166,7 +166,13 @@ def _previous_cell(plan_history: Path, night_dir: Path, cell_id: str) -> tuple[s
 
 
 def _publish(plan: LoadedPlan, night_dir: Path, state: NightState) -> PublishState:
-    """The hook to the registry (nightly/publish.py, `publish_passed`): passing cells only; never fails the night."""
+    """The hook to the registry: passing cells only; a publishing failure never fails the night.
+
+    The contract with nightly/publish.py: `publish_passed(spec: PublishSpec, night_dir: Path,
+    passed: list[CellOutcome]) -> str | None` pushes each passing cell's image by digest and returns one
+    line for the summary; it raises an `OrchError` when publishing failed (the registry down), which the
+    night records as `publish: failed` with its message.
+    """
     import importlib
 
     passed = [cell.outcome for cell in state.cells if cell.outcome is not None and cell.outcome.status == "passed"]

@@ -190,3 +190,32 @@ def test_cli_runs_a_night_through_a_target_factory(
 
 def failing_factory(spec: object) -> FakeTarget:
     return FakeTarget(getattr(spec, "name"), default=Script(status="failed", first_error="sample: cosine"))  # noqa: B009
+
+
+def test_publishing_failure_is_recorded_and_the_night_still_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    from orchestrator.errors import EnvironmentFailure
+
+    pushed: list[list[str]] = []
+
+    def publish_passed(spec: object, night_dir: Path, passed: list[object]) -> str:
+        pushed.append([getattr(outcome, "cell_id") for outcome in passed])  # noqa: B009
+        raise EnvironmentFailure("registry 127.0.0.1:5000 refused the connection")
+
+    module = types.ModuleType("orchestrator.nightly.publish")
+    module.publish_passed = publish_passed  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "orchestrator.nightly.publish", module)
+    extra = "publish: {registry: 127.0.0.1:5000, repository: team/nightly, password_env: REG_TOKEN}\n"
+    plan = load_plan(two_target_plan(tmp_path, extra=extra))
+    failing = FakeTarget("gpu-b", default=Script(status="failed", first_error="x"))
+    result = run_night(plan, _targets(b=failing), clock=lambda: _clock(2))
+    assert pushed == [["tiny-embeddings@gpu-a", "tiny-embeddings-cuda.cpu@gpu-a"]], "only passing cells"
+    assert result.state.status == "complete"
+    assert result.state.publish is not None and result.state.publish.status == "failed"
+    summary = json.loads((result.night_dir / "summary.json").read_text())
+    assert summary["publish"]["detail"] == "registry 127.0.0.1:5000 refused the connection"
+    assert "refused the connection" in (result.night_dir / "summary.md").read_text()
