@@ -231,10 +231,9 @@ def effect_of(change: StatusChange, changes: list[Change]) -> str | None:
     """What tonight's changes did: the verdict, then each criterion, stage, build time or size that moved."""
     if change == "new" or not changes:
         return None
-    moved = [c.text for c in changes if c.kind in ("number", "stage", "build-time", "image-size")]
-    if moved:
-        return f"{_VERDICT[change]}; " + "; ".join(moved)
-    return f"{_VERDICT[change]}; no criterion moved"
+    moved = [c.text for c in changes if c.kind in ("number", "stage")] or ["no criterion moved"]
+    costs = [c.text for c in changes if c.kind in ("build-time", "image-size")]
+    return "; ".join([_VERDICT[change], *moved, *costs])
 
 
 def cell_drift(

@@ -143,3 +143,20 @@ def test_drift_names_base_image_build_time_and_size(tmp_path: Path) -> None:
     assert kinds["base-image"].endswith("sha256:" + "ab" * 32)
     assert kinds["build-time"].startswith("build time 4 s → 40 s")
     assert kinds["image-size"] == "image size 1204.3 MB → 1500.0 MB"
+
+
+def test_the_effect_names_the_verdict_then_what_moved() -> None:
+    from orchestrator.nightly.drift import Change, effect_of
+
+    package = Change(kind="package", text="typing-extensions 4.16.0 → 4.15.0")
+    slower = Change(kind="build-time", text="build time 375 s → 481 s")
+    assert effect_of("still passing", [package]) == "the cell still passes; no criterion moved"
+    assert effect_of("still passing", [package, slower]) == (
+        "the cell still passes; no criterion moved; build time 375 s → 481 s"
+    )
+    number = Change(kind="number", text="e: cosine vs r: 1 → 0.5 (Δ -0.5) (now FAILS)")
+    assert (
+        effect_of("newly failing", [package, number])
+        == "the cell now fails; e: cosine vs r: 1 → 0.5 (Δ -0.5) (now FAILS)"
+    )
+    assert effect_of("new", [package]) is None and effect_of("still passing", []) is None
