@@ -57,6 +57,12 @@ def _plan(work: Path, cells: int) -> Path:
     return file
 
 
+def _rebuild(request: CellRequest) -> None:
+    done = subprocess.run(rebuild_command(request), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"orch rebuild exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=2)
@@ -67,13 +73,13 @@ def main() -> None:
         plan = load_plan(_plan(work, args.cells))
         by_hand, night, inside, own = [], [], [], []
         # Warm-up: the image exists and its layers are cached before anything is timed.
-        subprocess.run(rebuild_command(expand_cells(plan, work / "warm")[0].request), capture_output=True, check=True)
+        _rebuild(expand_cells(plan, work / "warm")[0].request)
         for round_ in range(args.rounds):
             requests = [cell.request for cell in expand_cells(plan, work / f"hand-{round_}")]
             started = time.monotonic()
             for request in requests:
                 request.out.mkdir(parents=True, exist_ok=True)
-                subprocess.run(rebuild_command(request), capture_output=True, check=True)
+                _rebuild(request)
             by_hand.append(time.monotonic() - started)
 
             targets = {spec.name: Serial(spec.name) for spec in plan.model.targets}

@@ -219,3 +219,28 @@ def test_publishing_failure_is_recorded_and_the_night_still_reports(
     summary = json.loads((result.night_dir / "summary.json").read_text())
     assert summary["publish"]["detail"] == "registry 127.0.0.1:5000 refused the connection"
     assert "refused the connection" in (result.night_dir / "summary.md").read_text()
+
+
+def test_a_crash_after_the_cells_leaves_the_night_incomplete_and_resume_only_summarises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.nightly import runner
+
+    plan = load_plan(two_target_plan(tmp_path))
+    real = runner.build_summary
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("disk went away")
+
+    monkeypatch.setattr(runner, "build_summary", broken)
+    with pytest.raises(RuntimeError):
+        run_night(plan, _targets(), clock=lambda: _clock(2))
+    night = tmp_path / "history" / "nights" / "2026-12-02"
+    state = history.read_state(night)
+    assert state.status == "incomplete" and state.reason == "RuntimeError: disk went away"
+    assert all(cell.state == "done" for cell in state.cells), "every cell's outcome was kept"
+    monkeypatch.setattr(runner, "build_summary", real)
+    a, b = FakeTarget("gpu-a"), FakeTarget("gpu-b")
+    result = run_night(plan, {"gpu-a": a, "gpu-b": b}, resume=True, clock=lambda: _clock(2))
+    assert a.calls == [] and b.calls == [], "nothing ran again"
+    assert result.exit_code == 0 and (night / "summary.json").is_file()
