@@ -93,8 +93,16 @@ class CellDrift(_Frozen):
     notes: tuple[str, ...] = ()
 
 
+#: How a value a hair below 1 is written (`min cosine = 1 (1 - 4.4e-16)`): the parenthesis is the exact value.
+_ONE_MINUS = re.compile(r"\(1 - ((?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)\)")
+
+
 def first_number(text: str) -> float | None:
-    match = _NUMBER.search(text.replace("\u2212", "-"))
+    text = text.replace("\u2212", "-")
+    below_one = _ONE_MINUS.search(text)
+    if below_one:
+        return 1.0 - float(below_one.group(1))
+    match = _NUMBER.search(text)
     return float(match.group()) if match else None
 
 

@@ -111,6 +111,7 @@ def test_summary_rerenders_from_the_night_files(tmp_path: Path) -> None:
         ("max |Δ| = 3.1e-06", 3.1e-06),
         ("0.75 (3/4)", 0.75),
         ("clean", None),
+        ("min cosine = 1 (1 - 4.4e-16) (row 's09')", 1.0 - 4.4e-16),
     ],
 )
 def test_criteria_numbers_are_read_from_observations(text: str, value: float | None) -> None:
