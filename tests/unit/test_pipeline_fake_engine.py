@@ -24,6 +24,7 @@ from orchestrator.plan.build import default_tag
 from orchestrator.report.write import write_report
 from orchestrator.stages.build import BuildOptions, run_build
 from orchestrator.stages.handover import write_handover
+from orchestrator.stages.image_layers import final_stage_instructions
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from orchestrator.stages.verify import check_handover, verify_handover
 from tests.probe_outputs import device_output, inventory_output
@@ -135,6 +136,8 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
         ("image", tag),
         ("build", tag),
         ("image", tag),
+        ("image_layers", record.image.id),
+        ("image_layers", base_image(tiny).id),
         ("run", "inventory", record.image.id),
     ]
     [(built_tag, network, _)] = engine.builds
@@ -144,6 +147,13 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
     assert 'io.orch.test-session="u"' in dockerfile, "the engine's labels open every stage"
     assert json.loads((tmp_path / "build.json").read_text())["status"] == "passed"
     assert (tmp_path / "pip-freeze.txt").is_file()
+    sbom = json.loads((tmp_path / "sbom.cdx.json").read_text())
+    assert sbom["metadata"]["component"]["version"] == record.image.id, "the SBOM describes the built image"
+    assert sbom["metadata"]["timestamp"].startswith("2026-12-01T12:00:00"), "its timestamp is the image's created"
+    assert record.layers is not None and record.layers[0].step == "base image"
+    assert [layer.step.split(" ", 1)[0] for layer in record.layers[1:]] == [
+        line.split(" ", 1)[0] for line in final_stage_instructions(dockerfile)
+    ], "each later layer is named by the rendered instruction that made it"
 
 
 def test_a_rebuild_keeps_created_from_the_earlier_image_of_this_identity(tiny: LoadedDossier, tmp_path: Path) -> None:
