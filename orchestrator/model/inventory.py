@@ -143,7 +143,7 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
         libc=str(python.get("libc", "")),
         pip_freeze=[redact(line) for line in pip.get("freeze") or []],
         pip_check=PipCheck(ok=bool(pip.get("check_ok")), lines=[redact(x) for x in pip.get("check_lines") or []]),
-        pip_inspect=pip.get("inspect"),
+        pip_inspect=_redacted(pip.get("inspect")),
         os_release=dict(os_section.get("release") or {}),
         os_package_manager=os_section.get("package_manager"),
         os_packages=dict(os_section.get("packages") or {}),
@@ -166,6 +166,17 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
 #: A dpkg architecture name (amd64, arm64, i386, all, musl-linux-arm64): anything else the image printed is dropped.
 _ARCHITECTURE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 _PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,127}")
+
+
+def _redacted(value: Any) -> Any:
+    """Every string in a JSON value redacted: `pip inspect` carries direct URLs, which may hold credentials."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
 
 
 def _architectures(section: Any) -> dict[str, str]:

@@ -27,6 +27,7 @@ from orchestrator.stages.handover import write_handover
 from orchestrator.stages.image_layers import final_stage_instructions
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from orchestrator.stages.verify import check_handover, verify_handover
+from tests.handover_craft import reseal
 from tests.probe_outputs import device_output, inventory_output
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -375,3 +376,29 @@ def test_a_replay_whose_sample_differs_is_a_mismatch(tiny: LoadedDossier, tmp_pa
     result = verify_handover(tmp_path / "handover", FakeEngine(runs=other), tmp_path / "verify")
     assert not result.reproduced
     assert [layer.stage for layer in result.layers if layer.verdict == "differs"] == ["sample"]
+
+
+def test_the_hand_over_carries_the_sbom_and_a_changed_one_is_damage(tiny: LoadedDossier, tmp_path: Path) -> None:
+    _, engine = rebuilt(tiny, tmp_path / "rebuild")
+    manifest = write_handover(tiny, engine, tmp_path / "rebuild", tmp_path / "handover")
+    shipped = tmp_path / "handover" / "build" / "sbom.cdx.json"
+    assert shipped.read_bytes() == (tmp_path / "rebuild" / "sbom.cdx.json").read_bytes()
+    assert "build/sbom.cdx.json" in {entry.path for entry in manifest.files}
+    assert "  build/sbom.cdx.json\n" in (tmp_path / "handover" / "SHA256SUMS").read_text()
+    check_handover(tmp_path / "handover")  # the honest folder passes
+    shipped.write_text(shipped.read_text().replace('"name": "numpy"', '"name": "numpy-evil"'))
+    with pytest.raises(HandoverDamaged, match=r"build/sbom\.cdx\.json does not match its checksum"):
+        check_handover(tmp_path / "handover")
+
+
+def test_a_resealed_sbom_of_another_image_is_damage(tiny: LoadedDossier, tmp_path: Path) -> None:
+    """Whoever can change the folder can regenerate its checksums: the SBOM must still name the shipped image."""
+    _, engine = rebuilt(tiny, tmp_path / "rebuild")
+    write_handover(tiny, engine, tmp_path / "rebuild", tmp_path / "handover")
+    shipped = tmp_path / "handover" / "build" / "sbom.cdx.json"
+    document = json.loads(shipped.read_text())
+    document["metadata"]["component"]["version"] = "sha256:" + "0" * 64
+    shipped.write_text(json.dumps(document))
+    reseal(tmp_path / "handover")
+    with pytest.raises(HandoverDamaged, match=r"build/sbom\.cdx\.json describes another image"):
+        check_handover(tmp_path / "handover")
