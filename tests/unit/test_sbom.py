@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from rich.console import Console
 
+from orchestrator.cli.summary import print_build_summary
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.dossier.models import IndexSpec, PythonSpec
 from orchestrator.engine import ImageInfo, LayerEntry
@@ -235,3 +237,10 @@ def test_malformed_architectures_from_the_image_are_dropped() -> None:
     document = inventory_output()
     document["os"]["architectures"] = {"apt": "amd64", "evil": "amd64&x=1", "../x": "amd64", "bash": 7}
     assert parse_inventory(document).os_package_architectures == {"apt": "amd64"}
+
+
+def test_orch_build_names_the_sbom_it_wrote(tiny: LoadedDossier, tmp_path: Path) -> None:
+    record, _ = _build(tiny, tmp_path)
+    console = Console(record=True, width=200)
+    print_build_summary(console, record, tmp_path)
+    assert f"sbom    {tmp_path / SBOM_FILE}" in console.export_text()
