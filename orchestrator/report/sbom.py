@@ -6,7 +6,8 @@ What it lists, all from what orch already read (the inventory probe, the lock, t
   image as a container component it depends on;
 - the OS (`/etc/os-release`) and every OS package (`pkg:deb/<distro>/…?arch=…`, from dpkg's status);
 - every Python distribution in the image (`pkg:pypi/…`), with the sha256 of the wheel the build installed
-  (wheelhouse mode) or the lock's one hash for that pin, and the index when the dossier names only one;
+  (wheelhouse mode) or the lock's one hash for that pin, and its index (`repository_url`) when the lock
+  notes it (`# from URL`, as `orch lock` writes) or the dossier names only one;
 - the torch build (its CUDA or HIP version and compiled GPU targets as properties), the CUDA toolkit or
   ROCm the image carries, and compiled extensions with the sha256 read in the image.
 
@@ -18,8 +19,9 @@ user-info and query before it is written (then passes `redact` as a second line 
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -63,6 +65,26 @@ def python_sources(python: PythonSpec) -> list[str]:
     if python.use_pypi:
         sources.insert(0, PYPI)
     return sources + [public_url(link) if "://" in link else f"find-links {link}" for link in python.find_links]
+
+
+_REQUIREMENT_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+_FROM_NOTE = re.compile(r"^\s+# from (?P<url>[a-z][a-z0-9+.-]*://[^\s;]+)")
+
+
+def lock_sources(text: str) -> dict[str, str]:
+    """{package: the index or find-links URL it was locked from}, from the `# from URL` notes `orch lock` writes
+    under each entry (orchestrator/lock/output.py); a hand-written lock has none, and gives {}."""
+    sources: dict[str, str] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and not line.startswith(("#", "-")):
+            match = _REQUIREMENT_NAME.match(line)
+            current = canonicalize_name(match.group(1)) if match else None
+            continue
+        note = _FROM_NOTE.match(line)
+        if note is not None and current is not None:
+            sources[current] = public_url(note.group("url"))
+    return sources
 
 
 def _created(record: BuildRecord) -> datetime:
@@ -195,7 +217,7 @@ def _installed(inventory: Inventory) -> list[dict[str, Any]]:
 
 
 def _python_components(
-    record: BuildRecord, inventory: Inventory, lock: Lock, sources: Sequence[str]
+    record: BuildRecord, inventory: Inventory, lock: Lock, sources: Sequence[str], locked_from: Mapping[str, str]
 ) -> list[Component]:
     wheels: dict[tuple[str, str], str] = {}
     for wheel in record.context.wheels:
@@ -212,8 +234,13 @@ def _python_components(
         pinned = lock.get(name)
         if digest is None and pinned is not None and str(pinned.version) == version and len(pinned.hashes) == 1:
             digest, hash_source = pinned.hashes[0], "the lock's hash for this pin"
+        index = locked_from.get(name) if pinned is not None and str(pinned.version) == version else None
+        index = index or single_index
         purl = PackageURL(
-            "pypi", name=name, version=version, qualifiers={"repository_url": single_index} if single_index else {}
+            "pypi",
+            name=name,
+            version=version,
+            qualifiers={"repository_url": index} if index and index != PYPI else {},
         )
         torch = inventory.backend if name == "torch" else None
         components.append(
@@ -229,6 +256,7 @@ def _python_components(
                         ("installer", row["installer"]),
                         ("hash.source", hash_source if digest else None),
                         ("locked", "yes" if pinned is not None else "no"),
+                        ("index", index),
                         ("direct_url", public_url(row["direct_url"]) if row["direct_url"] else None),
                         ("torch.cuda", torch.torch_cuda if torch else None),
                         ("torch.hip", torch.torch_hip if torch else None),
@@ -264,8 +292,11 @@ def _backend_components(inventory: Inventory) -> list[Component]:
     return components
 
 
-def sbom_bom(record: BuildRecord, lock: Lock, python: PythonSpec) -> Bom:
-    """The CycloneDX BOM of a passed build's image (`record.image` and `record.inventory` are set)."""
+def sbom_bom(record: BuildRecord, lock: Lock, python: PythonSpec, lock_text: str = "") -> Bom:
+    """The CycloneDX BOM of a passed build's image (`record.image` and `record.inventory` are set).
+
+    `lock_text`, the lock as written, gives each package's index when `orch lock` noted it (`# from URL`).
+    """
     if record.image is None or record.inventory is None:
         raise ValueError("an SBOM describes a built image whose inventory was read")
     sources = python_sources(python)
@@ -293,7 +324,7 @@ def sbom_bom(record: BuildRecord, lock: Lock, python: PythonSpec) -> Bom:
     parts = [
         base,
         *_os_components(record.inventory),
-        *_python_components(record, record.inventory, lock, sources),
+        *_python_components(record, record.inventory, lock, sources, lock_sources(lock_text)),
         *_backend_components(record.inventory),
     ]
     for component in parts:
@@ -302,6 +333,6 @@ def sbom_bom(record: BuildRecord, lock: Lock, python: PythonSpec) -> Bom:
     return bom
 
 
-def sbom_json(record: BuildRecord, lock: Lock, python: PythonSpec) -> str:
+def sbom_json(record: BuildRecord, lock: Lock, python: PythonSpec, lock_text: str = "") -> str:
     """The BOM as CycloneDX 1.6 JSON text, indented, ending with a newline."""
-    return JsonV1Dot6(sbom_bom(record, lock, python)).output_as_string(indent=2) + "\n"
+    return JsonV1Dot6(sbom_bom(record, lock, python, lock_text)).output_as_string(indent=2) + "\n"

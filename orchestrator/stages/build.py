@@ -211,7 +211,8 @@ def run_build(
     write_record(out / "build.json", record)
     # The SBOM describes the image build.json names: written for a passed build, never left from an older one.
     if record.status == "passed":
-        atomic_write_text(out / SBOM_FILE, sbom_json(record, loaded.lock, loaded.model.python))
+        lock_text = loaded.resolve(loaded.model.python.requirements).read_text(encoding="utf-8")
+        atomic_write_text(out / SBOM_FILE, sbom_json(record, loaded.lock, loaded.model.python, lock_text))
     else:
         (out / SBOM_FILE).unlink(missing_ok=True)
     if outcome.image_id is None:

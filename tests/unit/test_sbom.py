@@ -19,9 +19,10 @@ from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.dossier.models import IndexSpec, PythonSpec
 from orchestrator.engine import ImageInfo, LayerEntry
 from orchestrator.engine.fake import FakeEngine, ScriptedBuild, ScriptedRun
+from orchestrator.lock.output import LockedPackage, render_body
 from orchestrator.model.build_record import BuildRecord, WheelRef
 from orchestrator.model.inventory import parse_inventory
-from orchestrator.report.sbom import SBOM_FILE, public_url, sbom_json
+from orchestrator.report.sbom import SBOM_FILE, lock_sources, public_url, sbom_json
 from orchestrator.stages.build import BuildOptions, run_build
 from tests.probe_outputs import inventory_output
 
@@ -244,3 +245,23 @@ def test_orch_build_names_the_sbom_it_wrote(tiny: LoadedDossier, tmp_path: Path)
     console = Console(record=True, width=200)
     print_build_summary(console, record, tmp_path)
     assert f"sbom    {tmp_path / SBOM_FILE}" in console.export_text()
+
+
+def test_the_index_orch_lock_noted_for_a_package_is_its_repository_url(tiny: LoadedDossier, tmp_path: Path) -> None:
+    """A lock written by `orch lock` notes each package's index (`# from URL`, credentials already redacted)."""
+    record, _ = _build(tiny, tmp_path)
+    body = render_body(
+        [
+            LockedPackage("torch==2.13.0+cpu", hashes=["a" * 64], source="https://u:tok@download.pytorch.org/whl/cpu"),
+            LockedPackage("numpy==2.4.6", hashes=["b" * 64], source="https://pypi.org/simple", wheel="numpy-2.4.6.whl"),
+        ],
+        {},
+    )
+    assert lock_sources(body) == {"torch": "https://download.pytorch.org/whl/cpu", "numpy": "https://pypi.org/simple"}
+    components = _components(sbom_json(record, tiny.lock, tiny.model.python, body))
+    torch = components["pkg:pypi/torch@2.13.0%2Bcpu"]
+    assert torch["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu?repository_url=https://download.pytorch.org/whl/cpu"
+    assert _props(torch)["orch:index"] == "https://download.pytorch.org/whl/cpu"
+    numpy = components["pkg:pypi/numpy@2.4.6"]
+    assert numpy["purl"] == "pkg:pypi/numpy@2.4.6", "PyPI is the purl type's default repository: not named"
+    assert lock_sources("numpy==2.4.6\n# from https://elsewhere/simple\n") == {}, "only a note under an entry counts"
