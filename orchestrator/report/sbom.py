@@ -37,7 +37,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from orchestrator import __version__
 from orchestrator.dossier.lock import Lock
 from orchestrator.dossier.models import PythonSpec
-from orchestrator.model.build_record import BuildRecord
+from orchestrator.model.build_record import BuildRecord, ImageRef
 from orchestrator.model.inventory import Inventory, parse_freeze
 from orchestrator.redact import redact
 
@@ -103,24 +103,30 @@ def _props(pairs: Iterable[tuple[str, str | None]]) -> list[Property]:
     return [Property(name=f"orch:{name}", value=redact(value)) for name, value in pairs if value]
 
 
+def _repository_and_tag(ref: str) -> tuple[str, str]:
+    """`registry/path/name:tag@sha256:…` → (`registry/path/name`, `tag`); the digest, if any, is left out."""
+    ref = ref.split("@", 1)[0]
+    if ":" in ref.rsplit("/", 1)[-1]:
+        repository, _, tag = ref.rpartition(":")
+        return repository, tag
+    return ref, ""
+
+
 def _oci(ref: str, digest: str) -> PackageURL:
     """`pkg:oci/<name>@sha256:…?repository_url=<registry/path>&tag=<tag>` for an image reference."""
-    name_part, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
-    name_part = name_part.split("@", 1)[0]
-    repository, _, name = name_part.rpartition("/")
+    repository, tag = _repository_and_tag(ref)
+    namespace, _, name = repository.rpartition("/")
     qualifiers = {"tag": tag} if tag else {}
-    if repository:
-        qualifiers["repository_url"] = repository
+    if namespace:
+        qualifiers["repository_url"] = namespace
     return PackageURL("oci", name=name.lower(), version=digest, qualifiers=qualifiers)
 
 
-def _image_component(record: BuildRecord) -> Component:
-    assert record.image is not None  # only a passed build has an SBOM
-    image = record.image
+def _image_component(record: BuildRecord, image: ImageRef) -> Component:
     purl = _oci(image.tag, image.id)
     return Component(
         type=ComponentType.CONTAINER,
-        name=image.tag.rsplit(":", 1)[0],
+        name=_repository_and_tag(image.tag)[0],
         version=image.id,
         bom_ref="image",
         purl=purl,
@@ -144,7 +150,7 @@ def _base_component(record: BuildRecord) -> Component:
     version = base.digest or base.id
     return Component(
         type=ComponentType.CONTAINER,
-        name=base.ref.rsplit(":", 1)[0] if ":" in base.ref.rsplit("/", 1)[-1] else base.ref,
+        name=_repository_and_tag(base.ref)[0],
         version=version,
         bom_ref="base-image",
         purl=_oci(base.ref, version),
@@ -300,7 +306,7 @@ def sbom_bom(record: BuildRecord, lock: Lock, python: PythonSpec, lock_text: str
     if record.image is None or record.inventory is None:
         raise ValueError("an SBOM describes a built image whose inventory was read")
     sources = python_sources(python)
-    root = _image_component(record)
+    root = _image_component(record, record.image)
     bom = Bom(
         serial_number=uuid.uuid5(SERIAL_NAMESPACE, f"{record.image.id} orch {__version__}"),
         metadata=BomMetaData(

@@ -265,3 +265,22 @@ def test_the_index_orch_lock_noted_for_a_package_is_its_repository_url(tiny: Loa
     numpy = components["pkg:pypi/numpy@2.4.6"]
     assert numpy["purl"] == "pkg:pypi/numpy@2.4.6", "PyPI is the purl type's default repository: not named"
     assert lock_sources("numpy==2.4.6\n# from https://elsewhere/simple\n") == {}, "only a note under an entry counts"
+
+
+@pytest.mark.parametrize(
+    ("ref", "purl"),
+    [
+        ("orch/debian-python:bookworm", "pkg:oci/debian-python@sha256:{d}?repository_url=orch&tag=bookworm"),
+        (
+            "nvcr.io/nvidia/cuda:12.4.1-runtime@sha256:{o}",
+            "pkg:oci/cuda@sha256:{d}?repository_url=nvcr.io/nvidia&tag=12.4.1-runtime",
+        ),
+        ("localhost:5000/base", "pkg:oci/base@sha256:{d}?repository_url=localhost:5000"),
+    ],
+)
+def test_a_base_image_reference_becomes_an_oci_purl(tiny: LoadedDossier, tmp_path: Path, ref: str, purl: str) -> None:
+    record, _ = _build(tiny, tmp_path)
+    digest, other = "d" * 64, "0" * 64
+    base = record.base_image.model_copy(update={"ref": ref.format(o=other), "digest": f"sha256:{digest}"})
+    text = sbom_json(record.model_copy(update={"base_image": base}), tiny.lock, tiny.model.python)
+    assert _components(text)["base-image"]["purl"] == purl.format(d=digest)
