@@ -6,7 +6,8 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     dossier/            the dossier file and everything it references, at the same relative paths
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
                         pip-freeze.txt (the observed inventory), environment.json (every installed
-                        file's sha256: the environment digest's list)
+                        file's sha256: the environment digest's list), sbom.cdx.json (CycloneDX SBOM
+                        of the image)
     report/             report.json, report.md, report.html, junit.xml
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
@@ -40,6 +41,7 @@ from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
 from orchestrator.model.environment import ENVIRONMENT_FILE
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
+from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
@@ -231,7 +233,7 @@ def write_handover(
         dossier_file = _copy_dossier(loaded, staging / "dossier")
         build = staging / "build"
         build.mkdir()
-        for name in ("build.json", "build.log", "pip-freeze.txt"):
+        for name in ("build.json", "build.log", "pip-freeze.txt", SBOM_FILE):
             if (rebuild_dir / name).is_file():
                 shutil.copy2(rebuild_dir / name, build / name)
         # The environment's file list, only when it is the one build.json's digest names (never a stale one).
