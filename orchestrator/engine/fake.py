@@ -247,16 +247,18 @@ class FakeEngine:
         digest = "sha256:" + hashlib.sha256(f"{repository}|{image.id}".encode()).hexdigest()
         self.registry[f"{repository}@{digest}"] = image
         pinned = f"{repository}@{digest}"
-        self.add_image(
-            ImageInfo(
-                id=image.id,
-                tags=image.tags,
-                labels=image.labels,
-                env=image.env,
-                repo_digests=(*image.repo_digests, pinned),
-                size=image.size,
-            )
+        known = ImageInfo(
+            id=image.id,
+            tags=image.tags,
+            labels=image.labels,
+            env=image.env,
+            repo_digests=(*image.repo_digests, pinned),
+            size=image.size,
         )
+        for ref, held in list(self._images.items()):
+            if held.id == image.id:
+                self._images[ref] = known
+        self._images[pinned] = known  # `docker image inspect name@digest` finds it, as RepoDigests says
         return digest
 
     def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo:

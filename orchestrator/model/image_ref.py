@@ -108,15 +108,15 @@ def parse_pinned(text: str) -> ImageReference:
 
 
 def registry_tag(identity: str, night: str, target: str | None = None) -> str:
-    """The tag of a published image: `<identity12>-<YYYYMMDD>[-<target>]`.
+    """The tag of a published image: `<identity12>-<YYYYMMDD>[.N][-<target>]` (`.N`: a night's second run).
 
     The dossier identity says what was built, the night when; the target tells apart two cells that
     built the same dossier on two servers the same night (each pushes its own image, never the other's tag).
     """
     if not re.fullmatch(r"[0-9a-f]{12,64}", identity):
         raise ImageReferenceError(f"identity {identity[:80]!r} is not hex")
-    if not re.fullmatch(r"[0-9]{8}", night):
-        raise ImageReferenceError(f"night {night!r} is not YYYYMMDD")
+    if not re.fullmatch(r"[0-9]{8}(?:\.[0-9]+)?", night):
+        raise ImageReferenceError(f"night {night!r} is not YYYYMMDD[.N]")
     tag = f"{identity[:12]}-{night}" + (f"-{target}" if target else "")
     if not TAG.fullmatch(tag):
         raise ImageReferenceError(f"tag {tag[:80]!r} is not a valid image tag (the target name {target!r})")
