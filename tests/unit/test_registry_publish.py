@@ -21,13 +21,13 @@ from orchestrator.stages.handover import IMAGE_FILE, write_handover
 from orchestrator.stages.publish import publish_image, push_target, registry_auth
 from orchestrator.stages.verify import check_handover, verify_handover
 from orchestrator.stages.verify_registry import check_reference, verify_reference
-from tests.unit.test_pipeline_fake_engine import (  # noqa: F401  (fixtures used by name)
-    _code_is_a_plain_folder,
-    _cpu_host,
-    passing_runs,
-    rebuilt,
-    tiny,
-)
+from tests.unit import test_pipeline_fake_engine as pipeline
+from tests.unit.test_pipeline_fake_engine import passing_runs, rebuilt
+
+# The fake-engine pipeline's fixtures: the tiny example installed online, no git, a CPU host.
+tiny = pipeline.tiny
+_code_is_a_plain_folder = pipeline._code_is_a_plain_folder
+_cpu_host = pipeline._cpu_host
 
 DIGEST = "sha256:" + "d" * 64
 SECRET = "s3cr3t-registry-token-8841"
@@ -265,7 +265,7 @@ def test_a_registry_image_that_is_not_the_manifests_is_refused_and_removed(tiny:
     )
     clean = FakeEngine(runs=passing_runs(tiny))
     clean.registry = {pinned: impostor}
-    with pytest.raises(HandoverDamaged, match="manifest.json names"):
+    with pytest.raises(HandoverDamaged, match=r"manifest\.json names"):
         verify_handover(folder, clean, tmp_path / "verify")
     assert clean.image(pinned) is None and not clean.specs, "nothing ran and the pulled image went"
 
