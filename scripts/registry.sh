@@ -7,6 +7,7 @@
 #   scripts/registry.sh env      print `export` lines for a shell: ORCH_REGISTRY and, with auth, the user
 #                                name and a password read from its file (never printed itself)
 #   scripts/registry.sh status   exit 0 when it answers
+#   scripts/registry.sh install  only install the packages (what `make test` needs: its tests start their own)
 #
 # Settings (environment):
 #   ORCH_REGISTRY_ADDR  host:port to listen on (default 127.0.0.1:5055; loopback: Docker engines allow plain
@@ -158,8 +159,9 @@ case "${1:-}" in
   stop) stop ;;
   env) env_lines ;;
   status) answers ;;
+  install) install_packages ;;
   *)
-    echo "usage: $0 start|stop|env|status" >&2
+    echo "usage: $0 start|stop|env|status|install" >&2
     exit 2
     ;;
 esac
