@@ -306,3 +306,50 @@ def test_verify_refuses_a_tag_only_reference_with_exit_2_before_any_engine(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "a tag can move" in err and "Traceback" not in err
+
+
+# -- the Docker adapter's push and pull, on a stub client (no Docker) ---------------------------------------------
+
+
+class _RegistryApi:
+    """docker-py's low-level push/pull streams, as the daemon answers them."""
+
+    def __init__(self, chunks: list[dict[str, object]]) -> None:
+        self.chunks = chunks
+        self.calls: list[tuple[str, str, object]] = []
+
+    def push(self, repository: str, *, tag: str, auth_config: object, **kwargs: object) -> object:
+        self.calls.append(("push", f"{repository}:{tag}", auth_config))
+        return iter(self.chunks)
+
+    def pull(self, repository: str, *, tag: str, auth_config: object, **kwargs: object) -> object:
+        self.calls.append(("pull", f"{repository}@{tag}", auth_config))
+        return iter(self.chunks)
+
+
+class _StubClient:
+    def __init__(self, chunks: list[dict[str, object]]) -> None:
+        self.api = _RegistryApi(chunks)
+
+
+def test_the_adapter_hands_credentials_to_the_engine_and_returns_the_pushed_digest() -> None:
+    from orchestrator.engine.docker_engine import DockerEngine
+
+    client = _StubClient([{"status": "Pushed"}, {"aux": {"Tag": "t", "Digest": DIGEST, "Size": 529}}])
+    engine = DockerEngine(client, "unix:///fake.sock")  # type: ignore[arg-type]
+    assert engine.push("127.0.0.1:5055/team/x", "t", RegistryAuth("ci", SECRET)) == DIGEST
+    assert client.api.calls == [("push", "127.0.0.1:5055/team/x:t", {"username": "ci", "password": SECRET})]
+
+
+def test_the_adapter_turns_a_registry_error_into_one_scrubbed_line() -> None:
+    from orchestrator.engine.docker_engine import DockerEngine
+    from orchestrator.errors import RegistryError
+
+    echo = f'Get "http://ci:{SECRET}@127.0.0.1:5099/v2/": dial tcp: connect: connection refused\nmore'
+    engine = DockerEngine(_StubClient([{"error": echo}]), "unix:///fake.sock")  # type: ignore[arg-type]
+    with pytest.raises(RegistryError) as caught:
+        engine.push("127.0.0.1:5099/team/x", "t", RegistryAuth("ci", SECRET))
+    assert "connection refused" in caught.value.message and SECRET not in str(caught.value)
+    assert "\n" not in caught.value.message and caught.value.exit_code == 3
+    with pytest.raises(RegistryError, match="names no digest"):
+        engine.pull_by_digest("127.0.0.1:5099/team/x:t")
