@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, RegistryAuth
 from orchestrator.nightly.cell import CellOutcome
 from orchestrator.nightly.publish import publish_passed
 from orchestrator.report.write import write_report
@@ -110,6 +110,14 @@ class PlanPublish:
     password_env: str | None = PASSWORD_VAR
 
 
+def loaded_id(out: Path) -> str:
+    return str(json.loads((out / "build.json").read_text())["image"]["id"])
+
+
+def _auth(registry: Registry) -> RegistryAuth:
+    return RegistryAuth("orch", registry.password)
+
+
 def _credentials(registry: Registry) -> dict[str, str]:
     return {USER_VAR: "orch", PASSWORD_VAR: registry.password}
 
@@ -173,7 +181,11 @@ def test_a_night_publishes_by_digest_and_a_registry_down_is_a_failed_result(
     record = publish_passed(spec, night, [passed], engine_for=lambda _: engine, environ=_credentials(registry))
     assert record.status == "passed", record.detail
     pinned = record.images[0].pinned
-    assert pinned is not None and engine.image(pinned) is not None
+    assert pinned is not None and record.images[0].image_id == loaded_id(out)
+    # The push tag is gone again, and with it the engine's note of that repository's digest: pulling the
+    # digest back asks the registry, which must answer with this very image.
+    assert engine.image(record.images[0].tagged or "") is None
+    assert engine.pull_by_digest(pinned, _auth(registry)).id == record.images[0].image_id
     assert registry.password not in (night / "publish.json").read_text()
 
     image_id = record.images[0].image_id
