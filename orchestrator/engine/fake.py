@@ -282,6 +282,11 @@ class FakeEngine:
         names = [k for k, v in self._images.items() if v.id == image.id and "@" not in k and k != image.id]
         if ref in names and len(names) > 1:
             del self._images[ref]
+            # As Docker does: untagging a repository's last tag forgets that repository's digest too.
+            repository = ref.rpartition(":")[0]
+            if not any(name.rpartition(":")[0] == repository for name in names if name != ref):
+                for key in [k for k, v in self._images.items() if v.id == image.id and k.startswith(repository + "@")]:
+                    del self._images[key]
 
     def history(self, ref: str) -> list[str]:
         self.calls.append(("history", ref))

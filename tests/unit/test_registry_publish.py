@@ -113,7 +113,7 @@ def _engine_with_image(tiny: LoadedDossier, tmp_path: Path) -> tuple[FakeEngine,
     return engine, str(record["image"]["id"])
 
 
-def test_a_pushed_image_is_known_by_its_repository_digest_and_its_push_tag_is_removed(
+def test_a_pushed_image_is_held_by_its_repository_digest_and_its_push_tag_is_removed(
     tiny: LoadedDossier, tmp_path: Path
 ) -> None:
     engine, image_id = _engine_with_image(tiny, tmp_path)
@@ -121,8 +121,9 @@ def test_a_pushed_image_is_known_by_its_repository_digest_and_its_push_tag_is_re
     outcome = publish_image(engine, image_id, target)
     assert outcome.status == "pushed" and outcome.image_id == image_id
     assert outcome.pinned is not None and outcome.pinned.startswith("127.0.0.1:5055/team/nightly@sha256:")
-    assert engine.image(outcome.pinned) is not None and engine.image(outcome.pinned).id == image_id  # type: ignore[union-attr]
+    assert engine.registry[outcome.pinned].id == image_id, "the registry holds this image under that digest"
     assert engine.image(str(target)) is None, "the push tag keeps no night's image alive"
+    assert engine.image(outcome.pinned) is None, "as Docker, the engine forgets the digest with the tag"
     assert engine.image(image_id) is not None
 
 
