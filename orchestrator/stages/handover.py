@@ -6,7 +6,7 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
                         `--push … --no-image-file`, when the manifest's repository digest is the image's source
     dossier/            the dossier file and everything it references, at the same relative paths
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
-                        pip-freeze.txt (the observed inventory)
+                        pip-freeze.txt (the observed inventory), sbom.cdx.json (CycloneDX SBOM of the image)
     report/             report.json, report.md, report.html, junit.xml
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
@@ -40,6 +40,7 @@ from orchestrator.engine import Engine, RegistryAuth
 from orchestrator.errors import BadInput, DiskFull, RegistryError
 from orchestrator.model.image_ref import ImageReference
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
+from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
@@ -264,7 +265,7 @@ def write_handover(
         dossier_file = _copy_dossier(loaded, staging / "dossier")
         build = staging / "build"
         build.mkdir()
-        for name in ("build.json", "build.log", "pip-freeze.txt"):
+        for name in ("build.json", "build.log", "pip-freeze.txt", SBOM_FILE):
             if (rebuild_dir / name).is_file():
                 shutil.copy2(rebuild_dir / name, build / name)
         for name in ("Dockerfile", "requirements.lock"):
