@@ -86,7 +86,7 @@ def handover(
     if no_image_file and push is None:
         raise BadInput("--no-image-file needs --push: the registry is then the image's only source")
     push_to = _push_target(push, loaded.identity) if push else None
-    auth = _auth(registry_user_env, registry_password_env)
+    auth = _auth(registry_user_env, registry_password_env) if push_to is not None else None
     if source is None:
         from orchestrator.cli.probe_cmds import rebuild_and_report
 
