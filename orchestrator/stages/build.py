@@ -19,7 +19,7 @@ from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine, ImageInfo, Network
+from orchestrator.engine import BuildOutcome, Engine, ImageInfo, Network
 from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
 from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
@@ -36,8 +36,8 @@ from orchestrator.model.build_record import (
 )
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
-from orchestrator.plan.build import created_label, default_tag, make_build_steps
-from orchestrator.stages.build_context import context_tar
+from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, LABEL_PREFIX, created_label, default_tag, make_build_steps
+from orchestrator.stages.build_context import context_digest, context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
 from orchestrator.stages.inventory import run_inventory
@@ -123,13 +123,31 @@ def run_build(
     rendered = write_context(
         loaded, plan, steps.context_dir, ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
     )
+
+    digest = context_digest(rendered.directory, {f"wheels/{w.file_name}": w.sha256 for w in rendered.wheels})
     durations["render"] = time.monotonic() - mark
 
-    stage("build")
     mark = time.monotonic()
-    tar = context_tar(rendered.directory)
-    with tar.file:
-        outcome = engine.build(tar.file, steps.tag, network=network, no_cache=steps.no_cache, on_line=on_line)
+    reused = None if steps.no_cache else reusable_image(previous, loaded.identity, digest)
+    if reused is not None:
+        stage(f"reuse {tag}: same dossier identity and context digest (--no-cache builds again)")
+        outcome = BuildOutcome(
+            image_id=reused.id,
+            log=f"orch: no engine build: {tag} ({reused.id}) has the same dossier identity and context digest "
+            f"{digest}\n",
+        )
+    else:
+        stage("build")
+        tar = context_tar(rendered.directory)
+        with tar.file:
+            outcome = engine.build(
+                tar.file,
+                steps.tag,
+                network=network,
+                labels={CONTEXT_DIGEST_LABEL: digest},
+                no_cache=steps.no_cache,
+                on_line=on_line,
+            )
     durations["build"] = time.monotonic() - mark
     atomic_write_text(out / "build.log", outcome.log)
 
@@ -186,8 +204,9 @@ def run_build(
         image=image_ref,
         base_image=BaseImageRef(ref=loaded.base_image.from_line, id=base.id, digest=loaded.base_image.digest),
         context=ContextRef(
-            digest=tar.sha256,
+            digest=digest,
             install_mode=plan.install_mode,
+            installer=plan.installer,
             network=network,
             ca_bundle=plan.ca_bundle,
             wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in rendered.wheels],
@@ -200,6 +219,7 @@ def run_build(
         inventory=inventory,
         inventory_source=inventory_source,
         inventory_diff=diff,
+        reused=reused is not None,
     )
     write_record(out / "build.json", record)
     if outcome.image_id is None:
@@ -213,6 +233,17 @@ def run_build(
             )
             raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
+
+
+def reusable_image(previous: ImageInfo | None, identity: str, digest: str) -> ImageInfo | None:
+    """The tagged image when it was built from this dossier identity and this very context: building again
+    would only ask the engine's cache to confirm every layer, so orch says so and skips the engine build."""
+    if previous is None:
+        return None
+    labels = previous.labels
+    if labels.get(f"{LABEL_PREFIX}.dossier.identity") == identity and labels.get(CONTEXT_DIGEST_LABEL) == digest:
+        return previous
+    return None
 
 
 def code_ref(state: CodeState) -> CodeRef:
