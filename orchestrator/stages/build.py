@@ -1,7 +1,9 @@
 """`orch build`: render the dossier, build the image through the engine, read its inventory back.
 
-Stages, each timed: base image present (or pulled) → build context rendered (wheelhouse collected) →
-normalised context tar built with live progress → inventory probe run in the built image → checks →
+Stages, each timed: base image present (or pulled) → build context rendered (wheelhouse collected) and
+digested → the tagged image reused when it has this identity and context digest (`--no-cache` never
+reuses), else the normalised context tar built with live progress → inventory probe run in the built
+image (or read from build.json of the same image id) → checks →
 `build.json` + `build.log` + `pip-freeze.txt` written atomically into the output folder.
 A failed build step is a verdict (exit 1) with the step and the first error; no container is left behind.
 """
