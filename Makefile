@@ -65,6 +65,7 @@ nightly-demo: venv engine base
 bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py
 	$(BIN)/python benchmarks/build_overhead.py
+	$(BIN)/python benchmarks/cold_build.py
 	$(BIN)/python benchmarks/probe_overhead.py
 	$(BIN)/python benchmarks/sample_check.py
 

@@ -446,6 +446,10 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     # build (compiled extensions) likewise: absent from the identity while unset.
     if dumped.get("build") is None:
         dumped.pop("build", None)
+    # python.installer likewise (its default, uv for a wheelhouse, is what the rendered Dockerfile shows).
+    for python in [dumped["python"], *(variant.get("python") for variant in dumped.get("variants") or [])]:
+        if isinstance(python, dict) and python.get("installer") is None:
+            python.pop("installer", None)
     payload = {
         "dossier": dumped,
         "files": dict(sorted(files.items())),

@@ -16,11 +16,12 @@ from orchestrator.dossier.coherence import ResolvedBaseImage
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.models import DeterminismSpec
 from orchestrator.model.build_record import CodeRef
-from orchestrator.model.platform import InstallMode, Platform
+from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.run import inventory_spec
 from orchestrator.plan.specs import Network, RunSpec
 from orchestrator.redact import redact
+from orchestrator.vendor import InstallerWheel, uv_wheel
 
 #: The unprivileged user the sample runs as inside every image (defined with the specs that use it).
 RUNTIME_UID = specs.RUNTIME_UID
@@ -92,6 +93,10 @@ class BuildPlan:
     base: ResolvedBaseImage
     python_version: str
     install_mode: InstallMode
+    #: What installs the lock in the builder: uv (wheelhouse only, unpacked from `uv`'s wheel) or the venv's pip.
+    installer: Installer
+    #: uv's pinned wheel, collected into the wheelhouse with the locked ones; None when pip installs.
+    uv: InstallerWheel | None
     #: pip options for online installs (index URLs hold no credentials: the dossier refuses them).
     pip_index_options: tuple[str, ...]
     #: True when the build context carries a CA bundle (`orch/ca-bundle.pem`) for the online install.
@@ -146,6 +151,10 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         for link in model.python.find_links:
             index_options += ["--find-links", link]
 
+    installer = model.python.effective_installer
+    # The builder's machine is x86_64 today (TargetPlatform's default), the table's one uv wheel.
+    uv = uv_wheel() if installer == "uv" else None
+
     labels: dict[str, str] = {
         f"{LABEL_PREFIX}.dossier.identity": loaded.identity,
         f"{LABEL_PREFIX}.dossier.name": model.name,
@@ -153,6 +162,7 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         f"{LABEL_PREFIX}.backend.version": system.version or "none",
         f"{LABEL_PREFIX}.python.version": model.python.version,
         f"{LABEL_PREFIX}.install.mode": model.python.install,
+        f"{LABEL_PREFIX}.installer": installer,
         f"{LABEL_PREFIX}.version": __version__,
         "org.opencontainers.image.title": model.name,
         "org.opencontainers.image.base.name": base.ref,
@@ -180,6 +190,8 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         base=base,
         python_version=model.python.version,
         install_mode=model.python.install,
+        installer=installer,
+        uv=uv,
         pip_index_options=tuple(index_options),
         ca_bundle=ca_bundle and model.python.install == "online",
         builder_apt_packages=builder_packages,
@@ -209,6 +221,9 @@ def with_stage_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
 # -- what `orch build` will do with the plan --------------------------------------------------------------
 
 CREATED_LABEL = "org.opencontainers.image.created"
+#: The context digest, set by the engine's build-label option (it cannot be in the Dockerfile it digests):
+#: an image that carries this build's identity and digest is reused instead of built again.
+CONTEXT_DIGEST_LABEL = f"{LABEL_PREFIX}.context.digest"
 
 
 def default_tag(loaded: LoadedDossier, namespace: str = "orch") -> str:
