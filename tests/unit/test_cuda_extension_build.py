@@ -25,7 +25,7 @@ from orchestrator.render.dockerfile import render_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cpp-extension"
-FIXTURE = ROOT / "tests" / "unit" / "data" / "gate_ext.nv_fatbin"
+FIXTURE = ROOT / "tests" / "fixtures" / "gate_ext.nv_fatbin"
 
 
 def _probe(name: str) -> Any:
@@ -251,10 +251,12 @@ def test_the_probe_reads_the_archs_from_the_objects_nv_fatbin_section(tmp_path: 
     assert probe.compiled_archs(str(cpu_only)) == []
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="the fixture is extracted from the integration build")
 def test_the_fatbin_parser_reads_the_real_section_nvcc_wrote() -> None:
-    """tests/unit/data/gate_ext.nv_fatbin: the .nv_fatbin section of examples/cpp-extension's CUDA build
-    (nvcc 13.0.88, TORCH_CUDA_ARCH_LIST 8.0;9.0+PTX), extracted with objcopy --dump-section."""
+    """tests/fixtures/gate_ext.nv_fatbin (14,680 bytes): the .nv_fatbin section of examples/cpp-extension's
+    CUDA build (nvcc 13.0.88, TORCH_CUDA_ARCH_LIST 8.0;9.0+PTX), extracted with `objcopy -O binary
+    --only-section=.nv_fatbin`. NVIDIA's cuobjdump --list-elf --list-ptx on that object listed sm_80 and
+    sm_90 cubins and sm_90 PTX: one container, two ELF entries with 64-byte headers, a PTX entry with an
+    80-byte one."""
     assert _probe("inventory").fatbin_archs(FIXTURE.read_bytes()) == ["sm_80", "compute_90", "sm_90"]
 
 
