@@ -6,7 +6,7 @@ dossier's folder, of the right kind (`paths`: the folder is untrusted, symlinks 
 → declared fingerprints match, when asked (`orch validate`) → lock parses → coherence with vendor
 tables (for the reference and every declared variant).
 
-Why one module of ~450 lines: it is the loader's one sequence, read top to bottom; the parts that stand
+Why one module of ~490 lines: it is the loader's one sequence, read top to bottom; the parts that stand
 on their own (YAML source, paths, fingerprints, lock, coherence) already live beside it.
 """
 
