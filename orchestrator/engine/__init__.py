@@ -8,7 +8,7 @@ clear `EngineUnavailable` (exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, Self
 
@@ -21,8 +21,10 @@ __all__ = [
     "Engine",
     "EngineInfo",
     "ImageInfo",
+    "LayerEntry",
     "Mount",
     "Network",
+    "RegistryAuth",
     "RunOutcome",
     "RunSpec",
     "connect",
@@ -51,6 +53,32 @@ class ImageInfo:
     labels: Mapping[str, str]
     env: Mapping[str, str]
     repo_digests: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """Credentials for one registry, read from environment variables at the moment of use, never stored.
+
+    `repr` hides the password, so a traceback or a debug print of a value holding it shows nothing secret.
+    """
+
+    username: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"RegistryAuth(username={self.username!r}, password='****')"
+
+
+@dataclass(frozen=True)
+class LayerEntry:
+    """One entry of an image's history (`docker history`): the instruction the engine recorded, its size.
+
+    `created_by` is the engine's raw text: the classic builder prefixes a RUN with its build args and their
+    values (`|1 KEY=value /bin/sh -c …`), so it is never written anywhere unredacted (stages/image_layers.py).
+    """
+
+    created_by: str
     size: int
 
 
@@ -128,7 +156,20 @@ class Engine(Protocol):
 
     def remove_image(self, ref: str) -> None: ...
 
+    #: Push `repository:tag` (the image must carry that tag here); returns the registry's manifest
+    #: digest (`sha256:…`). Raises RegistryError when the registry refuses or does not answer.
+    def push(self, repository: str, tag: str, auth: RegistryAuth | None = None) -> str: ...
+
+    #: Pull `name@sha256:…` (never a tag: a tag can move); creates no tag. Raises RegistryError.
+    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo: ...
+
+    #: Remove the tag `ref` only, never an image: does nothing unless the image keeps another name.
+    def untag(self, ref: str) -> None: ...
+
     def history(self, ref: str) -> list[str]: ...
+
+    #: The image's history entries, oldest first (the base's first, then each later instruction).
+    def image_layers(self, ref: str) -> list[LayerEntry]: ...
 
     def save(self, ref: str, dest: IO[bytes]) -> None: ...
 
