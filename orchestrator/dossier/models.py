@@ -506,7 +506,8 @@ class Dossier(StrictModel):
     determinism: DeterminismSpec = Field(default_factory=DeterminismSpec)
     build: BuildSpec | None = Field(
         default=None,
-        description="Compiled extensions (C++ today), built in the builder stage; only the artefact ships.",
+        description="Compiled extensions (C++; CUDA with nvcc from a devel base or NVIDIA's wheels), built in the builder "
+        "stage; only the artefact ships (docs/extensions.md).",
     )
     variants: list[VariantSpec] = Field(default_factory=list)
 

@@ -31,6 +31,11 @@ LABEL_PREFIX = specs.LABEL_PREFIX
 #: Where the builder stage puts the extensions' sources, its scratch, and the one folder the final stage copies.
 EXT_SOURCES = "/tmp/orch/ext-src"
 EXT_OUT = "/opt/orch/ext"
+#: Builder-only: where NVIDIA's toolchain wheels are installed (pip --target) and the CUDA_HOME laid out from them.
+CUDA_WHEELS = "/opt/orch/cuda-wheels"
+CUDA_HOME_FROM_WHEELS = "/opt/orch/cuda"
+#: NVIDIA's devel images keep the toolkit here.
+CUDA_HOME_DEVEL = "/usr/local/cuda"
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class ExtensionsPlan:
     #: orch/extensions.json: what probes/build_extensions.py builds.
     spec_json: str
     names: tuple[str, ...]
+    #: True when nvcc comes from NVIDIA's wheels (build.toolchain.requirements), installed in the builder only.
+    cuda_toolchain_wheels: bool = False
 
 
 def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPlan | None:
@@ -56,12 +63,21 @@ def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPl
     env = {"CC": f"gcc-{gcc}", "CXX": f"g++-{gcc}", **build.env}
     if build.cuda_archs:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(build.cuda_archs)
+    wheels = build.language == "cuda" and build.toolchain.requirements is not None
+    cuda: dict[str, str | None] | None = None
+    if build.language == "cuda":
+        # torch.utils.cpp_extension finds nvcc, the headers and libcudart through CUDA_HOME, and hands nvcc
+        # the dossier's compiler as its host compiler (-ccbin $CC).
+        cuda_home = CUDA_HOME_FROM_WHEELS if wheels else CUDA_HOME_DEVEL
+        env["CUDA_HOME"] = cuda_home
+        cuda = {"home": cuda_home, "wheels": CUDA_WHEELS if wheels else None, "nvcc": build.toolchain.nvcc}
     files = sorted({source for ext in build.extensions for source in [*ext.sources, *ext.include_dirs]})
     spec = {
         "language": build.language,
         "ninja": build.toolchain.ninja,
         "cuda_archs": list(build.cuda_archs),
         "env": dict(sorted(build.env.items())),
+        "cuda": cuda,
         "extensions": [
             {
                 "name": ext.name,
@@ -80,6 +96,7 @@ def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPl
         env=tuple(sorted(env.items())),
         spec_json=json.dumps(spec, indent=2, sort_keys=True) + "\n",
         names=tuple(ext.name for ext in build.extensions),
+        cuda_toolchain_wheels=wheels,
     )
 
 

@@ -86,6 +86,11 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         context.append(
             ("wheels", f"pip download on the host for Python {plan.python_version}, glibc {base.glibc} -> wheels/")
         )
+    toolchain = loaded.model.build.toolchain.requirements if loaded.model.build is not None else None
+    if plan.extensions is not None and plan.extensions.cuda_toolchain_wheels and toolchain is not None:
+        context.append(("toolchain lock", f"{toolchain} -> toolchain.lock (builder stage only)"))
+        if plan.install_mode == "wheelhouse":
+            context.append(("toolchain wheels", "pip download on the host, the same way -> toolchain-wheels/"))
     if plan.ca_bundle:
         context.append(("CA bundle", f"{steps.ca_bundle} -> orch/ca-bundle.pem (builder stage only)"))
     return [

@@ -114,6 +114,22 @@ def write_context(
                     cache=cache,
                     lock_file="orchestrator/data/installers.json",
                 )
+        toolchain = loaded.model.build.toolchain.requirements if loaded.model.build is not None else None
+        if plan.extensions is not None and plan.extensions.cuda_toolchain_wheels and toolchain is not None:
+            # The CUDA toolchain's own lock and wheels, apart from the venv's: a toolchain change leaves the
+            # venv's layers cached, and none of these reach the final image.
+            shutil.copyfile(loaded.resolve(toolchain), staging / "toolchain.lock")
+            if plan.install_mode == "wheelhouse" and loaded.toolchain_lock is not None:
+                wheels += collect_wheels(
+                    loaded.toolchain_lock,
+                    TargetPlatform(python_version=plan.python_version, glibc=loaded.base_image.glibc or ""),
+                    staging / "toolchain-wheels",
+                    indexes=loaded.model.python.indexes,
+                    use_pypi=loaded.model.python.use_pypi,
+                    find_links=loaded.find_links(),
+                    cache=cache,
+                    lock_file=toolchain,
+                )
         if plan.ca_bundle:
             if ca_bundle is None or not ca_bundle.is_file():
                 raise BadInput(f"--ca-bundle {ca_bundle} is not a file")

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'cpp-extension'.
-# Dossier identity: 80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5
+# Dossier identity: 8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -54,7 +54,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5" \
+      io.orch.dossier.identity="8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a" \
       io.orch.dossier.name="cpp-extension" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \
