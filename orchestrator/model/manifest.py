@@ -41,3 +41,7 @@ class Manifest(BaseModel):
     #: The image's environment digest (model/environment.py); its file list is build/environment.json.
     #: Added within orch.handover/1: None in hand-overs made before it, and when the build recorded none.
     environment_digest: str | None = None
+    #: `registry/repository@sha256:…` when the image was also pushed (`orch handover --push`): `orch verify`
+    #: can pull it by that digest instead of loading image.tar.gz, which such a hand-over may then omit.
+    #: Absent from older manifests, which verify as before.
+    repository_digest: str | None = None
