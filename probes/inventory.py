@@ -306,8 +306,31 @@ def pyc_source_mtime(path, head):
 NORMALISED = (("source mtime in timestamp-based __pycache__/*.pyc", pyc_source_mtime, 8, 4),)
 
 
+UV_CACHE_FILE = "uv_cache.json in *.dist-info"
+UV_CACHE_LINES = "RECORD lines naming uv_cache.json"
+
+
+def uv_cache_file(path):
+    """uv writes <dist>.dist-info/uv_cache.json with the moment of the install (secs and nanos since the
+    epoch): measured different in every build, so it is left out, with its line in RECORD."""
+    return os.path.basename(path) == "uv_cache.json" and os.path.dirname(path).endswith(".dist-info")
+
+
+def record_without_uv_cache(path):
+    """The sha256 of a dist-info RECORD without the lines naming uv_cache.json, or None if it names none."""
+    if os.path.basename(path) != "RECORD" or not os.path.dirname(path).endswith(".dist-info"):
+        return None
+    with open(path, "rb") as handle:
+        lines = handle.read().split(b"\n")
+    kept = [line for line in lines if not line.split(b",", 1)[0].endswith(b"/uv_cache.json")]
+    return None if len(kept) == len(lines) else hashlib.sha256(b"\n".join(kept)).hexdigest()
+
+
 def hash_file(path):
-    """(sha256 hex, the NORMALISED rule applied or None) of a regular file, read in 1 MiB chunks."""
+    """(sha256 hex, the rule applied or None) of a regular file, read in 1 MiB chunks."""
+    record = record_without_uv_cache(path)
+    if record is not None:
+        return record, UV_CACHE_LINES
     digest = hashlib.sha256()
     applied = None
     with open(path, "rb") as handle:
@@ -341,6 +364,7 @@ def environment_section(roots=None):
     files = {}
     regular = []
     normalised = {name: 0 for name, _, _, _ in NORMALISED}
+    normalised.update({UV_CACHE_FILE: 0, UV_CACHE_LINES: 0})
     seen = []
     for root in roots:
         if not os.path.isdir(root) or root in seen:
@@ -354,6 +378,8 @@ def environment_section(roots=None):
                 if stat.S_ISLNK(info.st_mode):
                     target = os.fsencode(os.readlink(path))
                     files[_text_path(path)] = "link:" + hashlib.sha256(target).hexdigest()
+                elif stat.S_ISREG(info.st_mode) and uv_cache_file(path):
+                    normalised[UV_CACHE_FILE] += 1
                 elif stat.S_ISREG(info.st_mode):
                     regular.append(path)
                 if len(files) + len(regular) > MAX_ENVIRONMENT_FILES:

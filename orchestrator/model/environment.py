@@ -37,6 +37,14 @@ NORMALISATION_RULES: dict[str, str] = {
         "compiled code are hashed (two cold builds of tiny-embeddings: 5933 .pyc files, only these bytes "
         "differed). A hash-based .pyc is hashed whole."
     ),
+    "uv_cache.json in *.dist-info": (
+        "uv writes <dist>.dist-info/uv_cache.json holding the moment of the install (seconds and "
+        "nanoseconds since the epoch): measured different in every build of tiny-embeddings. Left out."
+    ),
+    "RECORD lines naming uv_cache.json": (
+        "RECORD lists uv_cache.json with its sha256, so that line differs too: a RECORD is hashed "
+        "without the lines naming uv_cache.json; every other line is hashed."
+    ),
 }
 #: How many differing files a comparison names; the counts always cover all of them.
 MAX_NAMED = 200

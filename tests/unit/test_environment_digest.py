@@ -37,6 +37,7 @@ from tests.probe_outputs import environment_section, inventory_output
 PROBE = runpy.run_path(str(REPO / "probes" / "inventory.py"))
 environment_probe: Callable[..., dict[str, Any]] = PROBE["environment_section"]
 PYC_RULE = "source mtime in timestamp-based __pycache__/*.pyc"
+UV_FILE, UV_LINES = "uv_cache.json in *.dist-info", "RECORD lines naming uv_cache.json"
 
 
 def _pyc(flags: int, word: int, body: bytes) -> bytes:
@@ -83,7 +84,7 @@ def test_the_probe_lists_every_file_and_link_and_folds_them_as_the_host_does(tmp
     ]
     assert listing["files"][venv + "/bin/python"].startswith("link:")
     assert listing["digest"] == fold_digest(listing["files"]) == PROBE["fold_digest"](listing["files"])
-    assert listing["normalised"] == {PYC_RULE: 1}
+    assert listing["normalised"] == {PYC_RULE: 1, UV_FILE: 0, UV_LINES: 0}
     EnvironmentListing.model_validate(listing)  # the host accepts what the probe prints
 
 
@@ -272,3 +273,24 @@ def test_a_declared_variant_that_replaces_the_platform_explains_another_environm
     assert comparison.environment_verdict == "intended" and comparison.verdict != "regressed"
     assert comparison.environment is not None and comparison.environment.changed == [cpu_files[-1][0]]
     assert not any(line.startswith("environment") for line in comparison.unintended)
+
+
+def _uv_install(root: Path, moment: int) -> dict[str, Any]:
+    info = root / "opt" / "venv" / "lib" / "python3.11" / "site-packages" / "numpy-2.4.6.dist-info"
+    shutil.rmtree(root / "opt", ignore_errors=True)
+    info.mkdir(parents=True)
+    cache = f'{{"timestamp":{{"secs_since_epoch":{moment},"nanos_since_epoch":5}}}}'.encode()
+    (info / "uv_cache.json").write_bytes(cache)
+    lines = ["numpy/__init__.py,sha256=abc,10", f"numpy-2.4.6.dist-info/uv_cache.json,sha256={moment},127", ""]
+    (info / "RECORD").write_text("\n".join(lines))
+    return environment_probe([str(root / "opt" / "venv")])
+
+
+def test_uv_s_install_timestamp_and_its_record_line_are_left_out_and_nothing_else(tmp_path: Path) -> None:
+    first, later = _uv_install(tmp_path, 1_796_177_249), _uv_install(tmp_path, 1_796_177_999)
+    assert first["digest"] == later["digest"] and first["normalised"][UV_FILE] == 1
+    assert first["normalised"][UV_LINES] == 1
+    assert [Path(path).name for path in first["files"]] == ["RECORD"]
+    record = tmp_path / "opt/venv/lib/python3.11/site-packages/numpy-2.4.6.dist-info/RECORD"
+    record.write_text(record.read_text().replace("abc", "abd"))  # any other RECORD line still counts
+    assert environment_probe([str(tmp_path / "opt" / "venv")])["digest"] != later["digest"]
