@@ -278,8 +278,9 @@ def extensions_section():
 # Every installed file of the venv (sys.prefix: the probe runs with the image's /opt/venv/bin/python),
 # the app folder and the built extensions, each path with the sha256 of its bytes (a symbolic link: of
 # its target, prefixed "link:"; never followed), folded into one digest. Two rebuilds of one dossier
-# that install the same thing give the same digest. NORMALISED names the only bytes left out, because
-# they differ from build to build while the installed code does not (measured: docs/environment.md).
+# that install the same thing give the same digest. NORMALISED and the uv_cache rules name the only
+# bytes left out, because they differ from build to build while the installed code does not
+# (measured: docs/environment.md).
 # The host folds the list again (orchestrator/model/environment.py, `fold_digest`): the two must agree.
 
 ENVIRONMENT_ROOTS = (sys.prefix, "/opt/app", EXT_DIR)

@@ -5,8 +5,9 @@ folder (`/opt/app`) and the built extensions (`/opt/orch/ext`) inside the image,
 (a symbolic link: its target, prefixed `link:`, never followed) and folds the list into a digest. Two
 builds that installed the same bytes give the same digest, whatever their image ids, layer dates or
 build machines. Only bytes known to vary from build to build are left out, each by a named rule
-(`NORMALISATION_RULES`; measured in docs/environment.md): today one, the source mtime in a bytecode
-cache's header. No file is left out whole.
+(`NORMALISATION_RULES`; measured in docs/environment.md): the source mtime in a bytecode cache's
+header, and uv's install timestamp (`*.dist-info/uv_cache.json`, the only file left out whole, and its
+line in RECORD).
 
 The list comes out of a container, so it is untrusted: `EnvironmentListing` bounds its size, accepts
 only absolute, normalised paths under the roots the probe reports, and hash values of one shape; the
