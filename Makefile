@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine test-tools base test test-unit test-integration lint demo bench golden clean
+.PHONY: venv engine nightly-services nightly-services-stop test-tools base test test-unit test-integration lint demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ venv: $(STAMP)
 engine:
 	scripts/ensure-engine.sh
 
+## nightly-services: what the nightly targets' tests run on: a second dockerd (TLS on a loopback port, its
+## own data root; scripts/second-dockerd.sh) and a single-node Slurm cluster (scripts/slurm.sh). As root.
+nightly-services: engine
+	scripts/second-dockerd.sh start
+	scripts/slurm.sh start
+
+## nightly-services-stop: stops both (idempotent); the second daemon's images stay for a warm cache
+nightly-services-stop:
+	scripts/slurm.sh stop
+	scripts/second-dockerd.sh stop
+
 ## base: the local Debian base image the examples build on (debootstrap + docker import; reused when present)
 base: venv engine
 	$(ORCH) base
@@ -29,7 +40,7 @@ test-tools:
 	scripts/ensure-test-tools.sh
 
 ## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine
-test: venv engine test-tools lint
+test: venv engine nightly-services test-tools lint
 	$(BIN)/pytest
 
 test-unit: venv

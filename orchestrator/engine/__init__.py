@@ -138,6 +138,9 @@ class Engine(Protocol):
 
     def containers(self, label: str) -> list[str]: ...
 
+    #: Force-remove every container with this label (`key=value`), running or not; their ids.
+    def remove_containers(self, label: str) -> list[str]: ...
+
     def close(self) -> None: ...
 
     #: An engine is a context manager: `with connect() as engine:` releases its client on the way out,

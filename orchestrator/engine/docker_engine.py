@@ -59,6 +59,26 @@ def _env_map(env: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+class _ApiClient(docker.APIClient):
+    """The SDK's API client, keeping a TLS endpoint's own CA (`DOCKER_CERT_PATH/ca.pem`).
+
+    requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment replace a session's own CA at
+    each request (psf/requests#3829): with either set (common on machines behind a TLS proxy), a
+    `tcp://` daemon with --tlsverify fails as "certificate verify failed" although the docker CLI reaches it.
+    """
+
+    def merge_environment_settings(self, *args: Any, **kwargs: Any) -> Any:
+        settings = super().merge_environment_settings(*args, **kwargs)
+        if isinstance(self.verify, str):
+            settings["verify"] = self.verify
+        return settings
+
+
+class _DockerClient(docker.DockerClient):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # as the SDK's, with the client above
+        self.api = _ApiClient(*args, **kwargs)
+
+
 def current_context_endpoint() -> tuple[str | None, Any]:
     """The Docker CLI's current context (`docker context use NAME`), when it is not the default one.
 
@@ -111,7 +131,7 @@ class DockerEngine:
             raise EngineUnavailable(f"no Docker engine answers at {endpoint}: the socket does not exist", hint=hint)
         client: docker.DockerClient | None = None
         try:
-            client = docker.DockerClient(base_url=base_url, tls=tls) if base_url else docker.from_env()
+            client = _DockerClient(base_url=base_url, tls=tls) if base_url else _DockerClient.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if client is not None:
@@ -163,6 +183,14 @@ class DockerEngine:
 
     def containers(self, label: str) -> list[str]:
         return [str(c.id) for c in self._client.containers.list(all=True, filters={"label": label})]
+
+    def remove_containers(self, label: str) -> list[str]:
+        removed = []
+        for container in self._client.containers.list(all=True, filters={"label": label}):
+            with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile: as good as removed
+                container.remove(force=True)
+            removed.append(str(container.id))
+        return removed
 
     # -- images ------------------------------------------------------------------------------------
 
