@@ -117,6 +117,11 @@ start() {
     exit 1
   fi
   command -v dockerd >/dev/null 2>&1 || { say "dockerd is missing (make engine installs docker.io)"; exit 1; }
+  # containerd's sockets live under the exec root, and a unix socket path has at most 107 bytes.
+  if [ "${#dir}" -gt 60 ]; then
+    say "ORCH_DOCKERD2_DIR=$dir is too long for the sockets under it (at most 60 characters); choose a shorter one."
+    exit 1
+  fi
   mkdir -p "$dir/data" "$dir/exec"
   make_certs
   make_bridge

@@ -124,12 +124,17 @@ class DockerTarget:
         with self._environment(request, cell_label) as env:
             unreachable = self._ping(env)
             if unreachable is not None:
-                return outcome("environment", error=f"endpoint {self.name} does not answer: {unreachable}")
+                reason = f"endpoint {self.name} does not answer: {unreachable}"
+                (logs / STDERR).write_text(reason + "\n", encoding="utf-8")
+                return outcome("environment", error=reason)
             command = rebuild_command(request, self._orch, gpus=gpus)
             with (logs / STDOUT).open("wb") as stdout, (logs / STDERR).open("wb") as stderr:
-                process = subprocess.Popen(
-                    command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True
-                )
+                try:
+                    process = subprocess.Popen(
+                        command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True
+                    )
+                except OSError as exc:
+                    return outcome("error", error=f"could not start {command[0]}: {exc.strerror or exc}")
                 handle = f"pid {process.pid}"
                 try:
                     code = process.wait(timeout=max(0.0, request.timeout_s - (time.monotonic() - started)))
