@@ -12,6 +12,7 @@ cold cell of the timeout test carries its own cell label and is swept by it; the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
+import docker.tls
 import pytest
 
 from orchestrator.engine import Engine
@@ -77,7 +80,16 @@ def second_daemon(engine: Engine, base_image: BaseOutcome) -> DockerTargetSpec:
 
 
 def _second_client() -> docker.DockerClient:
-    return docker.DockerClient.from_env(environment={**os.environ, **_script_env(SECOND)})
+    """The suite's own look at the second daemon. A fixed API version (no version request at construction)
+    and no environment for requests: REQUESTS_CA_BUNDLE would replace the daemon's CA (psf/requests#3829)."""
+    env = _script_env(SECOND)
+    certs = Path(env["DOCKER_CERT_PATH"])
+    tls = docker.tls.TLSConfig(
+        client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")), ca_cert=str(certs / "ca.pem"), verify=True
+    )
+    client = docker.DockerClient(base_url=env["DOCKER_HOST"].replace("tcp://", "https://"), tls=tls, version="1.41")
+    client.api.trust_env = False
+    return client
 
 
 def _warm_environ() -> dict[str, str]:
@@ -171,7 +183,8 @@ def test_a_hanging_cell_times_out_and_its_containers_are_removed(
         leftovers = [image for image in client.images.list(all=True, filters={"label": CELL_LABEL})]
         for image in leftovers:  # the stopped build's layers: this daemon's own housekeeping
             if image.labels.get(CELL_LABEL, "").startswith(cell_id + "."):
-                client.images.remove(str(image.id), force=True)
+                with contextlib.suppress(docker.errors.NotFound):  # gone with a child removed before it
+                    client.images.remove(str(image.id), force=True)
     finally:
         client.close()
     assert mine == [], f"the stopped cell left containers: {[c.short_id for c in mine]}"

@@ -156,3 +156,32 @@ def test_factory_builds_the_target_of_each_kind(tmp_path: Path) -> None:
     slurm_target = target_from_spec(SlurmTargetSpec(name="batch", partition="gpu", shared_dir=tmp_path))
     assert isinstance(docker_target, DockerTarget) and docker_target.concurrency == 2
     assert isinstance(slurm_target, SlurmTarget) and slurm_target.name == "batch"
+
+
+def test_endpoint_tool_usage_is_bad_input_before_any_connection(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.nightly.targets.endpoint_tool import main
+
+    assert main([]) == 2
+    assert main(["sweep"]) == 2
+    assert main(["ping", "extra"]) == 2
+    assert "usage: endpoint_tool" in capsys.readouterr().err
+
+
+def test_sweep_repeats_until_two_passes_find_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancelled build's step container can appear after a first empty pass (seen on Docker 20.10)."""
+    from orchestrator.nightly.targets import endpoint_tool
+
+    class Passes:
+        def __init__(self) -> None:
+            self.answers = [[], ["c1"], ["c1", "c2"], [], []]
+            self.calls = 0
+
+        def remove_containers(self, label: str) -> list[str]:
+            assert label == "io.orch.cell=x"
+            self.calls += 1
+            return self.answers.pop(0)
+
+    monkeypatch.setattr(endpoint_tool.time, "sleep", lambda seconds: None)
+    engine = Passes()
+    assert endpoint_tool._sweep(engine, "io.orch.cell=x") == ["c1", "c2"]  # type: ignore[arg-type]
+    assert engine.calls == 5

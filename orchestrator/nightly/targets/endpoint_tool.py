@@ -2,17 +2,38 @@
 
 `python -m orchestrator.nightly.targets.endpoint_tool ping` answers whether the endpoint's daemon answers
 (exit 0, or exit 3 and one line saying why); `… sweep LABEL` force-removes the containers carrying LABEL
-and prints their ids. A subprocess because the endpoint is chosen by environment variables
-(DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_CONTEXT), as for the `orch rebuild` it serves,
-and the runner's own environment is shared by all its threads: it is never changed in place.
+and prints their ids (several passes: see `_sweep`). A subprocess because the endpoint is chosen by
+environment variables (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_CONTEXT), as for the
+`orch rebuild` it serves, and the runner's own environment is shared by all its threads: it is never
+changed in place.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
-from orchestrator.engine import connect
+from orchestrator.engine import Engine, connect
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, OrchError
+
+#: A build whose client went away is cancelled by the daemon asynchronously: the container of the step
+#: it was running can still be there (and be removed by the builder) seconds later. Seen on Docker 20.10.
+_SWEEP_DEADLINE_S = 60.0
+_SWEEP_PAUSE_S = 2.0
+
+
+def _sweep(engine: Engine, label: str) -> list[str]:
+    """Remove the label's containers until two passes in a row, a pause apart, find none (or the deadline)."""
+    removed: list[str] = []
+    deadline = time.monotonic() + _SWEEP_DEADLINE_S
+    empty = 0
+    while empty < 2 and time.monotonic() < deadline:
+        found = engine.remove_containers(label)
+        removed += [container_id for container_id in found if container_id not in removed]
+        empty = 0 if found else empty + 1
+        if empty < 2:
+            time.sleep(_SWEEP_PAUSE_S)
+    return removed
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +46,7 @@ def main(argv: list[str]) -> int:
                 info = engine.info()
                 print(f"{info.endpoint}: Docker {info.server_version}")
             else:
-                for container_id in engine.remove_containers(argv[1]):
+                for container_id in _sweep(engine, argv[1]):
                     print(container_id)
     except OrchError as exc:
         print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
