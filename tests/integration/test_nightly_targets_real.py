@@ -172,7 +172,7 @@ def test_a_hanging_cell_times_out_and_its_containers_are_removed(
     outcome = target.run_cell(request)
     assert outcome.status == "timeout"
     assert outcome.first_error is not None and "timeout of 25s" in outcome.first_error
-    assert outcome.duration_s < 25 + 10 + 30
+    assert outcome.duration_s < 25 + 10 + 120  # timeout, grace for SIGINT, the sweep's deadline
     client = _second_client()
     try:
         mine = [

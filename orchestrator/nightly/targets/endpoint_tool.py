@@ -16,22 +16,25 @@ import time
 from orchestrator.engine import Engine, connect
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, OrchError
 
-#: A build whose client went away is cancelled by the daemon asynchronously: the container of the step
-#: it was running can still be there (and be removed by the builder) seconds later. Seen on Docker 20.10.
-_SWEEP_DEADLINE_S = 60.0
+#: A build whose client went away is cancelled by the daemon asynchronously: under load, the classic
+#: builder was seen (Docker 20.10, 2 busy cores) to finish the step it was on and start the next step's
+#: container several seconds after the client had gone, then to remove it itself ~8 s later. So the
+#: sweep goes on until it has found nothing for `_QUIET_PASSES` passes in a row, `_SWEEP_PAUSE_S` apart.
+_SWEEP_DEADLINE_S = 120.0
 _SWEEP_PAUSE_S = 2.0
+_QUIET_PASSES = 6
 
 
 def _sweep(engine: Engine, label: str) -> list[str]:
-    """Remove the label's containers until two passes in a row, a pause apart, find none (or the deadline)."""
+    """Remove the label's containers until `_QUIET_PASSES` passes in a row find none (or the deadline)."""
     removed: list[str] = []
     deadline = time.monotonic() + _SWEEP_DEADLINE_S
     empty = 0
-    while empty < 2 and time.monotonic() < deadline:
+    while empty < _QUIET_PASSES and time.monotonic() < deadline:
         found = engine.remove_containers(label)
         removed += [container_id for container_id in found if container_id not in removed]
         empty = 0 if found else empty + 1
-        if empty < 2:
+        if empty < _QUIET_PASSES:
             time.sleep(_SWEEP_PAUSE_S)
     return removed
 
