@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine nightly-services nightly-services-stop test-tools base test test-unit test-integration lint demo bench golden clean
+.PHONY: venv engine nightly-services nightly-services-stop test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ golden: venv
 ## demo: the main job end to end on the CPU example
 demo: venv engine base
 	scripts/demo.sh $(OUT)
+
+## nightly-demo: two nights of a plan on the examples, a package bumped in one lock in between (docs/nightly.md)
+nightly-demo: venv engine base
+	scripts/nightly-demo.sh $(OUT)/nightly-demo
 
 bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py

@@ -221,3 +221,16 @@ class LockStale(VerdictFailed):
     """`orch lock --check`: the lock no longer matches its inputs, target or sources (for CI)."""
 
     code = "lock-stale"
+
+
+# `orch nightly`
+class PlanInvalid(BadInput):
+    """A nightly plan file that cannot be loaded: the message names the file, the line, the field and the fix."""
+
+    code = "plan-invalid"
+
+
+class NightBusy(BadInput):
+    """A night that another `orch nightly run` is writing, or nothing to resume."""
+
+    code = "night-busy"

@@ -32,6 +32,11 @@ def handover_templates_root() -> Traversable:
     return resources.files("orchestrator.templates").joinpath("handover")
 
 
+def nightly_templates_root() -> Traversable:
+    """The nightly summary's page (`templates/nightly/`)."""
+    return resources.files("orchestrator.templates").joinpath("nightly")
+
+
 def probes_root() -> Traversable:
     return resources.files("orchestrator.probes")
 

@@ -79,12 +79,15 @@ def os_section():
         if key:
             release[key] = value.strip().strip('"')
     packages = {}
+    architectures = {}
     status = _read("/var/lib/dpkg/status")
     if status is not None:
         for block in status.split("\n\n"):
             fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", block, flags=re.M))
             if fields.get("Status", "").endswith(" installed") and "Package" in fields:
                 packages[fields["Package"]] = fields.get("Version", "")
+                if fields.get("Architecture"):
+                    architectures[fields["Package"]] = fields["Architecture"]
         manager = "dpkg"
     else:
         rpm = _run(["rpm", "-qa", "--queryformat", "%{NAME}\t%{VERSION}-%{RELEASE}\n"])
@@ -92,7 +95,10 @@ def os_section():
         for line in (rpm.get("stdout") or "").splitlines():
             name, _, version = line.partition("\t")
             packages[name] = version
-    return {"release": release, "package_manager": manager, "packages": packages}
+    section = {"release": release, "package_manager": manager, "packages": packages}
+    if architectures:
+        section["architectures"] = architectures  # for the SBOM's purls (pkg:deb/…?arch=)
+    return section
 
 
 def _torch_versions():

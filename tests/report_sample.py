@@ -63,6 +63,19 @@ def sample_report() -> Report:
             "packages": PACKAGES,
             "size_bytes": 4_831_205_376,
             "os": HOSTILE,  # PRETTY_NAME from the image's /etc/os-release: the image controls it
+            # From build.json: the base's layers, then each step of the final stage (a LABEL adds 0 bytes).
+            "layers": [
+                {"step": "base image", "created_by": "ADD file:4a5b in /", "size_bytes": 116_000_000},
+                {"step": "base image", "created_by": 'CMD ["bash"]', "size_bytes": 0},
+                {
+                    "step": "COPY --from=builder /opt/venv /opt/venv",
+                    "created_by": "COPY dir:9c8d in /opt/venv",
+                    "size_bytes": 4_715_000_000,
+                },
+                {"step": "COPY app /orch/app", "created_by": "COPY dir:1e2f in /orch/app", "size_bytes": 205_376},
+                {"step": f"RUN echo {HOSTILE}", "created_by": f"RUN echo {HOSTILE}", "size_bytes": 1_000},
+                {"step": "LABEL io.orch.version=0.1.0", "created_by": "LABEL io.orch.version=0.1.0", "size_bytes": 0},
+            ],
         },
     )
     host = StageResult(

@@ -19,6 +19,7 @@ from orchestrator.cli.dossier_cmds import render, schema, validate
 from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.init_cmd import init
 from orchestrator.cli.lock_cmds import lock
+from orchestrator.cli.nightly_cmd import nightly
 from orchestrator.cli.probe_cmds import doctor, probe, probe_host, rebuild
 from orchestrator.cli.record_cmd import record
 from orchestrator.cli.tables_cmd import tables
@@ -47,6 +48,7 @@ cli.add_command(lock)
 cli.add_command(tables)
 cli.add_command(record)
 cli.add_command(init)
+cli.add_command(nightly)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -205,6 +205,9 @@ def cli_reference_markdown() -> str:
     out += _command_section("orch", cli, "##")
     for name, command in commands:
         out += _command_section(f"orch {name}", command, "##")
+        if isinstance(command, click.Group):  # a group's commands (`orch nightly run`) under it
+            for sub_name, sub_command in sorted(command.commands.items()):
+                out += _command_section(f"orch {name} {sub_name}", sub_command, "###")
     out += ["## Exit codes", "", "| code | meaning |", "| --- | --- |"]
     out += [f"| {row.code} | {_cell(row.meaning)} |" for row in EXIT_CODES]
     out += [

@@ -40,6 +40,8 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
     if record.failure is not None:
         console.print(f"  [red]failed at[/] {escape(record.failure.step or '?')}: {escape(record.failure.first_error)}")
     console.print(f"  record  {out / 'build.json'}")
+    if record.status == "passed" and (out / "sbom.cdx.json").is_file():
+        console.print(f"  sbom    {out / 'sbom.cdx.json'}")
 
 
 _STATUS = {

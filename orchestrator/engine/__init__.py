@@ -21,6 +21,7 @@ __all__ = [
     "Engine",
     "EngineInfo",
     "ImageInfo",
+    "LayerEntry",
     "Mount",
     "Network",
     "RunOutcome",
@@ -51,6 +52,18 @@ class ImageInfo:
     labels: Mapping[str, str]
     env: Mapping[str, str]
     repo_digests: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class LayerEntry:
+    """One entry of an image's history (`docker history`): the instruction the engine recorded, its size.
+
+    `created_by` is the engine's raw text: the classic builder prefixes a RUN with its build args and their
+    values (`|1 KEY=value /bin/sh -c …`), so it is never written anywhere unredacted (stages/image_layers.py).
+    """
+
+    created_by: str
     size: int
 
 
@@ -129,6 +142,9 @@ class Engine(Protocol):
     def remove_image(self, ref: str) -> None: ...
 
     def history(self, ref: str) -> list[str]: ...
+
+    #: The image's history entries, oldest first (the base's first, then each later instruction).
+    def image_layers(self, ref: str) -> list[LayerEntry]: ...
 
     def save(self, ref: str, dest: IO[bytes]) -> None: ...
 

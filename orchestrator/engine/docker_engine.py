@@ -27,6 +27,7 @@ from orchestrator.engine import (
     BuildOutcome,
     EngineInfo,
     ImageInfo,
+    LayerEntry,
     Network,
     RunOutcome,
     RunSpec,
@@ -239,6 +240,17 @@ class DockerEngine:
             return [str(layer.get("CreatedBy", "")) for layer in layers]
         except docker.errors.ImageNotFound:
             raise ImageNotBuilt(f"image {ref} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+
+    def image_layers(self, ref: str) -> list[LayerEntry]:
+        """docker-py's history of `ref` (`CreatedBy`, `Size` of each entry), turned oldest first."""
+        try:
+            entries: list[dict[str, Any]] = self._client.api.history(ref)  # type: ignore[no-untyped-call]
+        except docker.errors.ImageNotFound:
+            raise ImageNotBuilt(f"image {ref} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+        return [
+            LayerEntry(created_by=str(entry.get("CreatedBy") or ""), size=max(0, int(entry.get("Size") or 0)))
+            for entry in reversed(entries)
+        ]
 
     def save(self, ref: str, dest: IO[bytes]) -> None:
         """`docker save REF` streamed into `dest` (saved by tag, so `docker load` restores the tag too)."""

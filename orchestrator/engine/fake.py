@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Self
 
-from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, RunOutcome
-from orchestrator.errors import BaseImageMissing
+from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, LayerEntry, RunOutcome
+from orchestrator.errors import BaseImageMissing, ImageNotBuilt
 from orchestrator.plan.specs import Network, RunSpec
 
 PROBE_LABEL = "io.orch.probe"
@@ -41,6 +41,8 @@ class ScriptedBuild:
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     size: int = 1 << 20
+    #: The history entries the build adds on its base's; None: one per final-stage instruction, as Docker does.
+    layers: Sequence[LayerEntry] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,21 +75,45 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def final_stage_labels(context_tar: IO[bytes]) -> dict[str, str]:
-    """The labels the Dockerfile in a build context gives its final image (LABEL after the last FROM)."""
+def _dockerfile(context_tar: IO[bytes]) -> str:
     with tarfile.open(fileobj=context_tar, mode="r:*") as tar:
         member = tar.extractfile("Dockerfile")
-        text = member.read().decode() if member is not None else ""
-    labels: dict[str, str] = {}
+        return member.read().decode() if member is not None else ""
+
+
+def _final_stage(text: str) -> tuple[str, list[str]]:
+    """The final stage's base (its FROM's image) and its other instructions, continuations joined."""
+    base, instructions = "", list[str]()
     for line in text.replace("\\\n", " ").splitlines():
         word, _, rest = line.strip().partition(" ")
         if word.upper() == "FROM":
-            labels = {}
-        elif word.upper() == "LABEL":
+            base, instructions = rest.split()[0] if rest.split() else "", []
+        elif word and not word.startswith("#"):
+            instructions.append(f"{word.upper()} {rest.strip()}")
+    return base, instructions
+
+
+def final_stage_labels(context_tar: IO[bytes]) -> dict[str, str]:
+    """The labels the Dockerfile in a build context gives its final image (LABEL after the last FROM)."""
+    return _labels(_final_stage(_dockerfile(context_tar))[1])
+
+
+def _labels(instructions: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for instruction in instructions:
+        word, _, rest = instruction.partition(" ")
+        if word == "LABEL":
             for pair in shlex.split(rest):
                 key, _, value = pair.partition("=")
                 labels[key] = value
     return labels
+
+
+def history_entry(instruction: str, size: int) -> LayerEntry:
+    """What the classic builder records for an instruction: RUN's shell command, `#(nop)` for the rest."""
+    word, _, rest = instruction.partition(" ")
+    text = f"/bin/sh -c {rest}" if word == "RUN" else f"/bin/sh -c #(nop)  {instruction}"
+    return LayerEntry(created_by=text, size=size if word in ("RUN", "COPY", "ADD") else 0)
 
 
 class FakeEngine:
@@ -106,6 +132,7 @@ class FakeEngine:
         self.tag_namespace = tag_namespace
         self._images: dict[str, ImageInfo] = {}
         self._configs: dict[str, bytes] = {}
+        self._histories: dict[str, list[LayerEntry]] = {}
         for image in images:
             self.add_image(image)
         self._builds = list(builds)
@@ -126,9 +153,13 @@ class FakeEngine:
 
     # -- scripting helpers ---------------------------------------------------------------------------
 
-    def add_image(self, image: ImageInfo, *tags: str) -> None:
+    def add_image(self, image: ImageInfo, *tags: str, history: Sequence[LayerEntry] | None = None) -> None:
         for ref in {image.id, *image.tags, *tags}:
             self._images[ref] = image
+        if history is not None or image.id not in self._histories:
+            self._histories[image.id] = list(
+                history or [LayerEntry("/bin/sh -c #(nop) ADD file:rootfs in / ", image.size)]
+            )
 
     def _make_image(
         self, labels: Mapping[str, str], env: Mapping[str, str], tags: Sequence[str], size: int
@@ -173,7 +204,8 @@ class FakeEngine:
         on_line: Callable[[str], None] | None = None,
     ) -> BuildOutcome:
         self.calls.append(("build", tag))
-        dockerfile_labels = final_stage_labels(context_tar)
+        base, instructions = _final_stage(_dockerfile(context_tar))
+        dockerfile_labels = _labels(instructions)
         script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
         self.builds.append((tag, network, dict(labels or {})))
         for line in script.log.splitlines():
@@ -183,6 +215,12 @@ class FakeEngine:
             return BuildOutcome(None, f"{script.log}ERROR: {script.error}\n", script.error)
         image_labels = {**dockerfile_labels, **script.labels, **(labels or {})}
         image = self._make_image(image_labels, script.env, [tag], script.size)
+        base_image = self._images.get(base)
+        added = script.layers
+        if added is None:
+            runs = sum(1 for instruction in instructions if instruction.startswith(("RUN", "COPY", "ADD")))
+            added = [history_entry(instruction, script.size // max(runs, 1)) for instruction in instructions]
+        self._histories[image.id] = [*(self._histories.get(base_image.id, []) if base_image else []), *added]
         return BuildOutcome(image.id, script.log)
 
     def run(self, spec: RunSpec) -> RunOutcome:
@@ -226,6 +264,13 @@ class FakeEngine:
     def history(self, ref: str) -> list[str]:
         self.calls.append(("history", ref))
         return []
+
+    def image_layers(self, ref: str) -> list[LayerEntry]:
+        self.calls.append(("image_layers", ref))
+        image = self._images.get(ref)
+        if image is None:
+            raise ImageNotBuilt(f"image {ref} is not in the engine")
+        return list(self._histories.get(image.id, []))
 
     def save(self, ref: str, dest: IO[bytes]) -> None:
         """A `docker save` tarball (legacy layout) of the image `ref` names."""

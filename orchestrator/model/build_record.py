@@ -74,6 +74,17 @@ class CacheStats(Frozen):
     rebuilt: list[str] = Field(description="Instructions that ran instead of coming from the layer cache.")
 
 
+class ImageLayer(Frozen):
+    """One layer of the built image as the engine's history tells it, mapped to the step that made it."""
+
+    step: str = Field(
+        description="The rendered Dockerfile instruction that made the layer (first line, truncated), or "
+        "'base image' for the layers the base brought; build-arg values and credentials are never in it."
+    )
+    created_by: str = Field(description="The engine's own `created_by` text, redacted and truncated.")
+    size_bytes: int = Field(ge=0)
+
+
 class BuildRecord(Frozen):
     format: Literal["orch.build/1"] = "orch.build/1"
     orch_version: str
@@ -92,3 +103,6 @@ class BuildRecord(Frozen):
         default=None, description="'inventory probe', or a previous build.json of the same image id (same content)."
     )
     inventory_diff: InventoryDiff | None
+    #: The image's layers, oldest first (the base's, then each step of the final stage); None for a failed build
+    #: and for records written before orch recorded them.
+    layers: list[ImageLayer] | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from orchestrator.model.build_record import CacheStats
+from orchestrator.model.build_record import CacheStats, ImageLayer
 from orchestrator.model.device import Accelerator, Compute, DeviceEntry, TorchBuild, VisibleNodes
 from orchestrator.model.host import AmdDriverFacts, CompatVerdict, CpuFacts, DockerGpuFacts, NvidiaDriverFacts
 from orchestrator.model.recorded import Recorded
@@ -40,6 +40,8 @@ class ImageStageFacts(Recorded):
     #: Only after a failed build (`orch rebuild`): the build's log file and its layer-cache counts.
     build_log: str | None = None
     cache: CacheStats | None = None
+    #: The image's layers with their sizes, oldest first, from build.json of this image (when it has them).
+    layers: list[ImageLayer] | None = None
 
 
 class GpuSelectionFacts(Recorded):

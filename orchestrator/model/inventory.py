@@ -6,6 +6,7 @@ build's job (`orchestrator.stages.build`).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
@@ -66,6 +67,8 @@ class Inventory(Frozen):
     os_release: dict[str, str]
     os_package_manager: str | None
     os_packages: dict[str, str]
+    #: dpkg's architecture of each OS package (amd64, arm64, all), checked word by word; {} from older probes.
+    os_package_architectures: dict[str, str] = Field(default_factory=dict)
     backend: BackendFacts
     errors: list[str] = Field(default_factory=list, description="Probe steps that could not report.")
     extensions: ExtensionsFacts | None = Field(default=None, description="Compiled extensions (dossier `build`).")
@@ -140,10 +143,11 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
         libc=str(python.get("libc", "")),
         pip_freeze=[redact(line) for line in pip.get("freeze") or []],
         pip_check=PipCheck(ok=bool(pip.get("check_ok")), lines=[redact(x) for x in pip.get("check_lines") or []]),
-        pip_inspect=pip.get("inspect"),
+        pip_inspect=_redacted(pip.get("inspect")),
         os_release=dict(os_section.get("release") or {}),
         os_package_manager=os_section.get("package_manager"),
         os_packages=dict(os_section.get("packages") or {}),
+        os_package_architectures=_architectures(os_section.get("architectures")),
         backend=BackendFacts(
             cuda_toolkit=backend.get("cuda_toolkit"),
             rocm=backend.get("rocm"),
@@ -157,6 +161,36 @@ def parse_inventory(document: dict[str, Any]) -> Inventory:
         errors=errors,
         extensions=_extensions(document.get("extensions")),
     )
+
+
+#: A dpkg architecture name (amd64, arm64, i386, all, musl-linux-arm64): anything else the image printed is dropped.
+_ARCHITECTURE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,127}")
+
+
+def _redacted(value: Any) -> Any:
+    """Every string in a JSON value redacted: `pip inspect` carries direct URLs, which may hold credentials."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
+
+
+def _architectures(section: Any) -> dict[str, str]:
+    """The probe's {package: architecture}, untrusted: only well-formed dpkg names and architectures are kept."""
+    if not isinstance(section, dict):
+        return {}
+    return {
+        name: arch
+        for name, arch in section.items()
+        if isinstance(name, str)
+        and isinstance(arch, str)
+        and _PACKAGE.fullmatch(name)
+        and _ARCHITECTURE.fullmatch(arch)
+    }
 
 
 def _extensions(section: Any) -> ExtensionsFacts | None:
@@ -218,6 +252,8 @@ class ProbeOs(Recorded):
     release: dict[str, str]
     package_manager: str | None
     packages: dict[str, str]
+    #: dpkg's `Architecture` of each installed package; absent from older probes and for rpm.
+    architectures: dict[str, str] | None = None
 
 
 class ProbeTorch(Recorded):

@@ -29,6 +29,7 @@ __all__ = [
     "STAGE_ORDER",
     "STATUS_LABEL",
     "CheckRow",
+    "LayerRow",
     "PageView",
     "StageView",
     "checks_summary",
@@ -190,6 +191,15 @@ class CheckRow:
 
 
 @dataclass(frozen=True)
+class LayerRow:
+    """One row of the image's layer table: the base (its layers summed), each build step, or the total."""
+
+    step: str
+    size: str  # for people: "1.23 GB"
+    share: str  # of the whole image: "42.0 %"
+
+
+@dataclass(frozen=True)
 class StageView:
     name: str
     status: str  # the JSON word, used as a CSS class
@@ -205,6 +215,8 @@ class StageView:
     error_message: str | None
     checks: list[CheckRow]
     facts: list[tuple[str, str]]
+    #: The image's layers (image stage, from build.json), in build order with the total last; [] when unknown.
+    layers: list[LayerRow]
 
 
 @dataclass(frozen=True)
@@ -254,8 +266,35 @@ def _stage_view(stage: StageResult) -> StageView:
             )
             for check in stage.checks
         ],
-        facts=flatten_facts(stage.facts),
+        facts=[(key, value) for key, value in flatten_facts(stage.facts) if not key.startswith("layers[")],
+        layers=layer_rows(stage),
     )
+
+
+def format_bytes(size: int) -> str:
+    """Decimal units, as `docker images` shows sizes."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} B"
+
+
+def layer_rows(stage: StageResult) -> list[LayerRow]:
+    """The base image as one row (its layers summed), then each step of the build that added a layer, then the
+    total. Steps that added nothing (ENV, LABEL, …) are left out of the table; the total counts every layer."""
+    layers = getattr(stage.facts, "layers", None) or []
+    total = sum(layer.size_bytes for layer in layers)
+    if not layers:
+        return []
+
+    def row(step: str, size: int) -> LayerRow:
+        share = f"{100 * size / total:.1f} %" if total else "0.0 %"
+        return LayerRow(step=clean(one_line(step, 160)), size=format_bytes(size), share=share)
+
+    base = [layer for layer in layers if layer.step == "base image"]
+    rows = [row(f"base image ({len(base)} layer{'s' if len(base) != 1 else ''})", sum(x.size_bytes for x in base))]
+    rows += [row(layer.step, layer.size_bytes) for layer in layers if layer.step != "base image" and layer.size_bytes]
+    return [*rows, row(f"total ({len(layers)} layers)", total)]
 
 
 def page_view(report: Report) -> PageView:

@@ -31,15 +31,18 @@ from orchestrator.model.build_record import (
     CodeRef,
     ContextRef,
     DossierRef,
+    ImageLayer,
     ImageRef,
     WheelRef,
 )
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
 from orchestrator.plan.build import created_label, default_tag, make_build_steps
+from orchestrator.report.sbom import SBOM_FILE, sbom_json
 from orchestrator.stages.build_context import context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
+from orchestrator.stages.image_layers import map_layers
 from orchestrator.stages.inventory import run_inventory
 from orchestrator.timestamps import rfc3339
 
@@ -139,6 +142,7 @@ def run_build(
     diff: InventoryDiff | None = None
     checks: list[Check] = []
     failure: BuildFailure | None = None
+    layers: list[ImageLayer] | None = None
     if outcome.image_id is None:
         failure = build_failure(outcome.log, outcome.error)
     else:
@@ -150,6 +154,8 @@ def run_build(
                 hint="Nothing is wrong with the dossier: run the build again.",
             )
         image_ref = ImageRef(tag=tag, id=built.id, labels=dict(built.labels), size_bytes=built.size)
+        dockerfile = (rendered.directory / "Dockerfile").read_text(encoding="utf-8")
+        layers = map_layers(engine.image_layers(built.id), len(engine.image_layers(base.id)), dockerfile)
         stage("inventory")
         mark = time.monotonic()
         inventory = _previous_inventory(out / "build.json", built.id)
@@ -200,8 +206,15 @@ def run_build(
         inventory=inventory,
         inventory_source=inventory_source,
         inventory_diff=diff,
+        layers=layers,
     )
     write_record(out / "build.json", record)
+    # The SBOM describes the image build.json names: written for a passed build, never left from an older one.
+    if record.status == "passed":
+        lock_text = loaded.resolve(loaded.model.python.requirements).read_text(encoding="utf-8")
+        atomic_write_text(out / SBOM_FILE, sbom_json(record, loaded.lock, loaded.model.python, lock_text))
+    else:
+        (out / SBOM_FILE).unlink(missing_ok=True)
     if outcome.image_id is None:
         # pip in the build could not find a pinned version: the lock is wrong, not the build (exit 2).
         missing = missing_pin(outcome.log)

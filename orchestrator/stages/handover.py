@@ -5,7 +5,7 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     image.tar.gz        docker save of the built image (by tag), gzip-compressed
     dossier/            the dossier file and everything it references, at the same relative paths
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
-                        pip-freeze.txt (the observed inventory)
+                        pip-freeze.txt (the observed inventory), sbom.cdx.json (CycloneDX SBOM of the image)
     report/             report.json, report.md, report.html, junit.xml
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
@@ -37,6 +37,7 @@ from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput, DiskFull
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
+from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
@@ -227,7 +228,7 @@ def write_handover(
         dossier_file = _copy_dossier(loaded, staging / "dossier")
         build = staging / "build"
         build.mkdir()
-        for name in ("build.json", "build.log", "pip-freeze.txt"):
+        for name in ("build.json", "build.log", "pip-freeze.txt", SBOM_FILE):
             if (rebuild_dir / name).is_file():
                 shutil.copy2(rebuild_dir / name, build / name)
         for name in ("Dockerfile", "requirements.lock"):

@@ -53,6 +53,7 @@ def image_stage(
     inventory: Inventory | None = None
     source = "inventory probe"
     build_facts: dict[str, Any] = {}
+    layers = None
     build_json = out / "build.json"
     if build_json.is_file():
         record = read_record(build_json)
@@ -69,8 +70,11 @@ def image_stage(
                     started -= build_s
             if record.inventory is not None:
                 inventory, source = record.inventory, "build.json of this image"
+            layers = record.layers
     if not build_facts:
         build_facts["built"] = "earlier: no build.json of this image in the output folder, its build time is not known"
+    if layers:
+        build_facts["layers"] = layers  # the size of each layer, from build.json of this image
     if inventory is None:
         inventory, error = run_inventory(engine, image.id, inventory_spec(image.id))
         if inventory is None:

@@ -8,7 +8,8 @@ checked without an engine is checked first, and nothing is loaded or run until a
 2. the shipped dossier: every path it references lies inside the folder's dossier/ and is one of its
    checked files (read from the YAML before the dossier loader hashes anything), and its identity is
    the manifest's;
-3. the shipped report: its identity, image id and verdict are the manifest's;
+3. the shipped report: its identity, image id and verdict are the manifest's; the shipped SBOM
+   (build/sbom.cdx.json) is a CycloneDX document of the manifest's image;
 4. the image tarball's own manifest and config (`image_tar`): the config digest is the manifest's
    image id, the tar names only the manifest's tag, the image carries the dossier identity.
 
@@ -20,6 +21,7 @@ Every refusal in steps 1 to 4 is `HandoverDamaged` (exit 1) naming the file and 
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ from orchestrator.stages.probe import ProbeOptions, run_probe
 #: hand-over chooses and which can only ever point at the image whose id it spells.
 HANDOVER_REPOSITORY = "orch-handover"
 SHIPPED_REPORT = "report/report.json"
+SHIPPED_SBOM = "build/sbom.cdx.json"
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,22 @@ def _check_shipped_report(folder: Path, manifest: Manifest) -> Report:
     return shipped
 
 
+def _check_shipped_sbom(folder: Path, manifest: Manifest) -> None:
+    """build/sbom.cdx.json, when shipped (hand-overs before it have none), is a CycloneDX BOM of this image."""
+    if SHIPPED_SBOM not in {entry.path for entry in manifest.files}:
+        return
+    path = folder / SHIPPED_SBOM
+    if path.stat().st_size > MAX_SUMS_BYTES:
+        raise HandoverDamaged(f"{SHIPPED_SBOM} is larger than {MAX_SUMS_BYTES >> 20} MiB; orch writes far less")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        described = document["metadata"]["component"]["version"] if document.get("bomFormat") == "CycloneDX" else None
+    except (ValueError, KeyError, TypeError):
+        raise HandoverDamaged(f"{SHIPPED_SBOM} is not a CycloneDX JSON document naming its image") from None
+    if described != manifest.image_id:
+        raise HandoverDamaged(f"{SHIPPED_SBOM} describes another image than the manifest's {manifest.image_id[:19]}")
+
+
 def check_handover(folder: Path) -> CheckedHandover:
     """Everything about a hand-over that needs no engine, in the order that opens nothing unchecked."""
     folder = folder.resolve()
@@ -161,6 +180,7 @@ def check_handover(folder: Path) -> CheckedHandover:
             f"the shipped dossier's identity is {loaded.short_identity}, the manifest says {manifest.identity[:12]}"
         )
     shipped = _check_shipped_report(folder, manifest)
+    _check_shipped_sbom(folder, manifest)
     image = inspect_image_tar(
         folder / IMAGE_FILE, image_id=manifest.image_id, tag=manifest.image_tag, identity=manifest.identity
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -15,12 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import Engine
 from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions, read_record, run_build
 from orchestrator.stages.handover import procedure_blocks, read_manifest, write_handover
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from tests.handover_craft import reseal, retag_tarball
@@ -103,6 +106,7 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
         "build/wheels.sha256",
         "build/build.json",
         "build/pip-freeze.txt",
+        "build/sbom.cdx.json",
         "report/report.json",
         "report/report.html",
         "report/report.md",
@@ -135,8 +139,36 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert {c.name: c.observed for c in replayed.stage("sample").checks} == same
 
 
+def test_a_real_builds_sbom_is_valid_cyclonedx_of_its_image_and_its_layers_add_up(handed_over: Path) -> None:
+    """The SBOM and the layer sizes of a real build (the hand-over's own, so no extra build)."""
+    text = (handed_over / "build" / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    sbom = json.loads(text)
+    manifest = read_manifest(handed_over)
+    assert sbom["metadata"]["component"]["version"] == manifest.image_id
+    components = {c["name"]: c for c in sbom["components"]}
+    torch = components["torch"]
+    assert torch["version"] == "2.13.0+cpu" and torch["hashes"][0]["alg"] == "SHA-256"
+    assert components["orch/debian-python"]["type"] == "container", "the base image"
+    assert "arch=amd64" in components["libc6"]["purl"] and "distro=debian-12" in components["libc6"]["purl"]
+    record = read_record(handed_over / "build" / "build.json")
+    assert record.image is not None and record.layers
+    assert record.layers[0].step == "base image" and record.layers[-1].step.startswith("LABEL")
+    assert sum(layer.size_bytes for layer in record.layers) == record.image.size_bytes, "the layers add up to the image"
+    biggest = max(record.layers, key=lambda layer: layer.size_bytes)
+    assert biggest.step.startswith("COPY --from=builder"), "the venv copied from the builder is the largest layer"
+
+
 @pytest.mark.parametrize(
-    "target", ["image.tar.gz", "dossier/sample/sample.jsonl", "report/report.json", "PROCEDURE.md", "manifest.json"]
+    "target",
+    [
+        "image.tar.gz",
+        "dossier/sample/sample.jsonl",
+        "report/report.json",
+        "build/sbom.cdx.json",
+        "PROCEDURE.md",
+        "manifest.json",
+    ],
 )
 def test_one_changed_byte_fails_verify_naming_the_file(handed_over: Path, tmp_path: Path, target: str) -> None:
     copy = _linked_copy(handed_over, tmp_path / "handover")

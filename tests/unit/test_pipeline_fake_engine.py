@@ -24,8 +24,10 @@ from orchestrator.plan.build import default_tag
 from orchestrator.report.write import write_report
 from orchestrator.stages.build import BuildOptions, run_build
 from orchestrator.stages.handover import write_handover
+from orchestrator.stages.image_layers import final_stage_instructions
 from orchestrator.stages.probe import ProbeOptions, run_probe
 from orchestrator.stages.verify import check_handover, verify_handover
+from tests.handover_craft import reseal
 from tests.probe_outputs import device_output, inventory_output
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -135,6 +137,8 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
         ("image", tag),
         ("build", tag),
         ("image", tag),
+        ("image_layers", record.image.id),
+        ("image_layers", base_image(tiny).id),
         ("run", "inventory", record.image.id),
     ]
     [(built_tag, network, _)] = engine.builds
@@ -144,6 +148,13 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
     assert 'io.orch.test-session="u"' in dockerfile, "the engine's labels open every stage"
     assert json.loads((tmp_path / "build.json").read_text())["status"] == "passed"
     assert (tmp_path / "pip-freeze.txt").is_file()
+    sbom = json.loads((tmp_path / "sbom.cdx.json").read_text())
+    assert sbom["metadata"]["component"]["version"] == record.image.id, "the SBOM describes the built image"
+    assert sbom["metadata"]["timestamp"].startswith("2026-12-01T12:00:00"), "its timestamp is the image's created"
+    assert record.layers is not None and record.layers[0].step == "base image"
+    assert [layer.step.split(" ", 1)[0] for layer in record.layers[1:]] == [
+        line.split(" ", 1)[0] for line in final_stage_instructions(dockerfile)
+    ], "each later layer is named by the rendered instruction that made it"
 
 
 def test_a_rebuild_keeps_created_from_the_earlier_image_of_this_identity(tiny: LoadedDossier, tmp_path: Path) -> None:
@@ -365,3 +376,29 @@ def test_a_replay_whose_sample_differs_is_a_mismatch(tiny: LoadedDossier, tmp_pa
     result = verify_handover(tmp_path / "handover", FakeEngine(runs=other), tmp_path / "verify")
     assert not result.reproduced
     assert [layer.stage for layer in result.layers if layer.verdict == "differs"] == ["sample"]
+
+
+def test_the_hand_over_carries_the_sbom_and_a_changed_one_is_damage(tiny: LoadedDossier, tmp_path: Path) -> None:
+    _, engine = rebuilt(tiny, tmp_path / "rebuild")
+    manifest = write_handover(tiny, engine, tmp_path / "rebuild", tmp_path / "handover")
+    shipped = tmp_path / "handover" / "build" / "sbom.cdx.json"
+    assert shipped.read_bytes() == (tmp_path / "rebuild" / "sbom.cdx.json").read_bytes()
+    assert "build/sbom.cdx.json" in {entry.path for entry in manifest.files}
+    assert "  build/sbom.cdx.json\n" in (tmp_path / "handover" / "SHA256SUMS").read_text()
+    check_handover(tmp_path / "handover")  # the honest folder passes
+    shipped.write_text(shipped.read_text().replace('"name": "numpy"', '"name": "numpy-evil"'))
+    with pytest.raises(HandoverDamaged, match=r"build/sbom\.cdx\.json does not match its checksum"):
+        check_handover(tmp_path / "handover")
+
+
+def test_a_resealed_sbom_of_another_image_is_damage(tiny: LoadedDossier, tmp_path: Path) -> None:
+    """Whoever can change the folder can regenerate its checksums: the SBOM must still name the shipped image."""
+    _, engine = rebuilt(tiny, tmp_path / "rebuild")
+    write_handover(tiny, engine, tmp_path / "rebuild", tmp_path / "handover")
+    shipped = tmp_path / "handover" / "build" / "sbom.cdx.json"
+    document = json.loads(shipped.read_text())
+    document["metadata"]["component"]["version"] = "sha256:" + "0" * 64
+    shipped.write_text(json.dumps(document))
+    reseal(tmp_path / "handover")
+    with pytest.raises(HandoverDamaged, match=r"build/sbom\.cdx\.json describes another image"):
+        check_handover(tmp_path / "handover")

@@ -189,6 +189,27 @@ def test_the_inventory_probe_s_own_output_validates(monkeypatch: pytest.MonkeyPa
     assert isinstance(report.pip, ProbePip) and report.pip.freeze == ["numpy==2.4.6"]
 
 
+def test_the_inventory_probe_reports_each_dpkg_packages_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the SBOM's purls (pkg:deb/debian/NAME@VERSION?arch=…): read from dpkg's status, installed packages only."""
+    status = (
+        "Package: apt\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.6.1\n\n"
+        "Package: tzdata\nStatus: install ok installed\nArchitecture: all\nVersion: 2025b-0+deb12u1\n\n"
+        "Package: gone\nStatus: deinstall ok config-files\nArchitecture: amd64\nVersion: 1\n"
+    )
+
+    def read(path: str) -> str | None:
+        return status if path == "/var/lib/dpkg/status" else None
+
+    def run(args: list[str], timeout: int = 300) -> dict[str, Any]:
+        return {"ok": False, "error": "FileNotFoundError(2)"}
+
+    document = _run_probe("inventory.py", monkeypatch, _run=run, _read=read)
+    report = InventoryProbeReport.model_validate(document)
+    assert report.model_dump(mode="json") == document
+    assert document["os"]["packages"] == {"apt": "2.6.1", "tzdata": "2025b-0+deb12u1"}
+    assert document["os"]["architectures"] == {"apt": "amd64", "tzdata": "all"}
+
+
 # -- the stages: a report that does not match is a named failure of the stage ---------------------------
 
 IMAGE = ImageInfo(id="sha256:" + "a" * 64, tags=(), labels={}, env={}, repo_digests=(), size=1)

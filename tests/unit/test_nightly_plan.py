@@ -1,0 +1,130 @@
+"""The nightly plan file: validation (one line, exit 2), paths, the matrix, the committed schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.main import main
+from orchestrator.errors import EXIT_BAD_INPUT, PlanInvalid
+from orchestrator.nightly.plan import expand_cells, load_plan, nightly_plan_json_schema
+from tests.nightly_sample import TINY, two_target_plan, write_plan
+from tests.paths import REPO
+
+
+def test_a_plan_expands_to_dossiers_by_targets(tmp_path: Path) -> None:
+    plan = load_plan(two_target_plan(tmp_path))
+    cells = expand_cells(plan, tmp_path / "night")
+    assert [cell.request.cell_id for cell in cells] == [
+        "tiny-embeddings@gpu-a",
+        "tiny-embeddings@gpu-b",
+        "tiny-embeddings-cuda.cpu@gpu-a",
+        "tiny-embeddings-cuda.cpu@gpu-b",
+    ]
+    first = cells[0].request
+    assert first.cache == "cold" and first.timeout_s == 3600 and first.variant is None
+    assert first.out == tmp_path / "night" / "tiny-embeddings@gpu-a"
+    assert cells[2].request.variant == "cpu"
+    # Relative paths resolve against the plan's folder, not the working directory.
+    assert plan.history == tmp_path / "history"
+
+
+def test_include_and_exclude_select_cells(tmp_path: Path) -> None:
+    extra = """cells:
+  include: [{target: gpu-a}, {dossier: tiny-embeddings-cuda.cpu}]
+  exclude: [{dossier: tiny-embeddings-cuda, target: gpu-b}]
+timeout_s: 60
+"""
+    cells = expand_cells(load_plan(two_target_plan(tmp_path, extra=extra)), tmp_path)
+    assert [cell.request.cell_id for cell in cells] == ["tiny-embeddings@gpu-a", "tiny-embeddings-cuda.cpu@gpu-a"]
+    assert {cell.request.timeout_s for cell in cells} == {60}
+
+
+def test_relative_dossier_paths_resolve_against_the_plan(tmp_path: Path) -> None:
+    folder = tmp_path / "plans"
+    relative = Path("..") / Path(*([".."] * len(folder.parts[1:]))) / TINY.relative_to("/") / "dossier.yaml"
+    plan = load_plan(
+        write_plan(
+            folder,
+            f"nightly: 1\ndossiers: [{{path: {relative}, timeout_s: 99}}]\n"
+            "targets: [{name: here, kind: docker}]\nhistory: ../h\n",
+        )
+    )
+    (cell,) = expand_cells(plan, tmp_path)
+    assert cell.request.dossier.resolve() == (TINY / "dossier.yaml").resolve()
+    assert cell.request.timeout_s == 99
+    assert plan.history == folder / ".." / "h"
+
+
+BASE = "nightly: 1\ndossiers: [{{path: {dossier}}}]\ntargets: [{{name: a, kind: docker}}]\nhistory: h\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (BASE + "retention: 3\n", ":5 [retention]: unknown key 'retention'"),
+        (
+            "nightly: 1\ndossiers: [{{path: {dossier}}}]\ntargets: [{{name: a, kind: docker}}]\n",
+            "required key 'history'",
+        ),
+        ("nightly: 2\n", ":1 [nightly]: the plan must start with `nightly: 1`"),
+        (BASE.replace("kind: docker", "kind: k8s"), "[targets[0]]: `kind` must be `docker` or `slurm`"),
+        (BASE + "cache: lukewarm\n", "[cache]"),
+        (
+            BASE.replace(
+                "targets: [{{name: a, kind: docker}}]",
+                "targets: [{{name: a, kind: docker}}, {{name: a, kind: docker}}]",
+            ),
+            "target name 'a' is used twice",
+        ),
+        (BASE.replace("{{path: {dossier}}}", "{{path: {dossier}, variants: [nope]}}"), "declares no variant 'nope'"),
+        (
+            BASE.replace("{{path: {dossier}}}", "{{path: missing.yaml}}"),
+            "[dossiers[0].path]: the dossier does not load",
+        ),
+        (BASE.replace("{{path: {dossier}}}", "{{path: {dossier}, reference: false}}"), "leaves nothing to rebuild"),
+        (BASE + "cells: {{include: [{{target: zzz}}]}}\n", "[cells]: include/exclude leave no cell"),
+        ("nightly: 1\na: &x 1\nb: *x\n", "anchors and aliases"),
+    ],
+)
+def test_a_bad_plan_is_one_line_naming_file_and_field(tmp_path: Path, body: str, expected: str) -> None:
+    file = write_plan(tmp_path, body.format(dossier=TINY / "dossier.yaml"))
+    with pytest.raises(PlanInvalid) as caught:
+        expand_cells(load_plan(file), tmp_path)
+    message = caught.value.message
+    assert message.startswith(str(file)), message
+    assert expected in message, message
+    assert "\n" not in message
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_bad_plan_exits_2_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write_plan(tmp_path, "nightly: 1\ndossiers: []\ntargets: []\nhistory: h\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["nightly", "run", str(file), "--dry-run"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "plan.yaml" in err and "[dossiers]" in err and "Traceback" not in err
+
+
+def test_dry_run_prints_each_cell_and_where_it_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["nightly", "run", str(two_target_plan(tmp_path)), "--dry-run"])
+    assert exited.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    assert lines[1].startswith("tiny-embeddings@gpu-b: ") and "docker tcp://127.0.0.1:23760" in lines[1]
+    assert "--variant cpu" in lines[2] and "cache cold" in lines[2]
+    assert not (tmp_path / "history").exists(), "a dry run writes nothing"
+
+
+def test_plan_schema_is_committed_and_current() -> None:
+    committed = REPO / "docs" / "nightly-plan-schema.json"
+    assert json.loads(committed.read_text()) == nightly_plan_json_schema(), (
+        "run `orch nightly schema --out docs/nightly-plan-schema.json`"
+    )
+    schema = nightly_plan_json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"nightly", "dossiers", "targets", "history"}
