@@ -188,8 +188,15 @@ class DockerEngine:
     def remove_containers(self, label: str) -> list[str]:
         removed = []
         for container in self._client.containers.list(all=True, filters={"label": label}):
-            with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile: as good as removed
+            try:
                 container.remove(force=True)
+            except docker.errors.NotFound:
+                pass  # gone meanwhile: as good as removed
+            except docker.errors.APIError as exc:
+                # 409 "removal … is already in progress": the daemon removes it (a cancelled build's step
+                # container); it is still listed until then, so a caller that sweeps again sees it go.
+                if exc.status_code != 409:
+                    raise
             removed.append(str(container.id))
         return removed
 
