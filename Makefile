@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine nightly-services nightly-services-stop test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
+.PHONY: venv engine nightly-services nightly-services-stop registry registry-tools test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +35,21 @@ nightly-services-stop:
 base: venv engine
 	$(ORCH) base
 
+## registry: a container registry on 127.0.0.1:5055 with htpasswd auth (Debian's docker-registry, installed
+## when missing); `scripts/registry.sh env` prints its settings, `scripts/registry.sh stop` stops it
+registry:
+	scripts/registry.sh start
+
+## registry-tools: docker-registry and htpasswd installed (the publishing tests start and stop their own registry)
+registry-tools:
+	scripts/registry.sh install
+
 ## test-tools: chromium for the browser test of the HTML report (apt-get as root when missing)
 test-tools:
 	scripts/ensure-test-tools.sh
 
 ## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine
-test: venv engine nightly-services test-tools lint
+test: venv engine nightly-services registry-tools test-tools lint
 	$(BIN)/pytest
 
 test-unit: venv
@@ -67,6 +76,7 @@ nightly-demo: venv engine base
 bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py
 	$(BIN)/python benchmarks/build_overhead.py
+	$(BIN)/python benchmarks/cold_build.py
 	$(BIN)/python benchmarks/probe_overhead.py
 	$(BIN)/python benchmarks/sample_check.py
 

@@ -156,6 +156,15 @@ class ImageNotBuilt(EnvironmentFailure):
     code = "image-not-built"
 
 
+class RegistryError(EnvironmentFailure):
+    """A registry refused or did not answer a push or pull (down, unauthorised, no such digest).
+
+    The message never holds a credential: they are read from the environment variables the plan or
+    option names, and any echo of one in the registry's answer is replaced before it is raised."""
+
+    code = "registry"
+
+
 class DiskFull(EnvironmentFailure):
     """A write failed for want of space (ENOSPC, EDQUOT). Whatever was half-written has been removed."""
 

@@ -109,3 +109,30 @@ def find_base_image(ref: str) -> BaseImageInfo | None:
         if image.ref == bare:
             return image
     return None
+
+
+@dataclass(frozen=True)
+class InstallerWheel:
+    """The pinned wheel of an installer the builder stage runs (uv), collected like a locked wheel."""
+
+    name: str
+    version: str
+    machine: str
+    file_name: str
+    sha256: str
+
+    @property
+    def binary(self) -> str:
+        """Where the executable lies once the wheel is unpacked (a wheel's `.data/scripts` folder)."""
+        return f"{self.name}-{self.version}.data/scripts/{self.name}"
+
+
+def uv_wheel(machine: str = "x86_64") -> InstallerWheel | None:
+    """uv's pinned wheel for `machine`, or None when the table has none for it."""
+    row = data_json("installers.json")["uv"]
+    wheel = row["wheels"].get(machine)
+    if wheel is None:
+        return None
+    return InstallerWheel(
+        name="uv", version=row["version"], machine=machine, file_name=wheel["file"], sha256=wheel["sha256"]
+    )

@@ -3,7 +3,7 @@
 Runs inside the image (`python -I`, so PYTHONPATH is ignored: the extensions' folder and the app's folder
 are put on sys.path here). ORCH_EXT_CHECKS holds the dossier's checks, ORCH_PROBE_EXPECT the platform.
 Prints one JSON document; every failure is data: the extension, the first error line, and, on a GPU, the
-device's arch and the arch list compiled into the extension's object when the device is not among them.
+device's arch (orch compares it with the archs the inventory read from the extension's object).
 """
 
 import importlib
@@ -18,19 +18,6 @@ EXT_DIR = "/opt/orch/ext"
 def _first_error(exc):
     lines = traceback.format_exception_only(type(exc), exc)
     return " ".join(line.strip() for line in lines)[:500]
-
-
-def _compiled_archs(name):
-    record_path = os.path.join(EXT_DIR, "orch-extensions.json")
-    try:
-        with open(record_path, encoding="utf-8") as handle:
-            record = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    for extension in record.get("extensions", []):
-        if extension.get("name") == name:
-            return extension.get("archs")
-    return None
 
 
 def run_check(torch, check, device):
@@ -88,9 +75,7 @@ def main():
         major, minor = torch.cuda.get_device_capability(0)
         report["device_arch"] = f"sm_{major}{minor}"
     for check in checks:
-        result = run_check(torch, check, device)
-        result["compiled_archs"] = _compiled_archs(check["name"])
-        report["results"].append(result)
+        report["results"].append(run_check(torch, check, device))
     print(json.dumps(report))
 
 

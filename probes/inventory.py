@@ -159,28 +159,86 @@ def backend_section():
 EXT_DIR = "/opt/orch/ext"
 
 
+def elf_sections(data):
+    """{name: bytes} of a little-endian 64-bit ELF object's sections; {} for anything else."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}  # not a little-endian 64-bit ELF: nothing orch builds
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(index):
+        name, kind, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
+        return name, kind, offset, size
+
+    _, _, names_at, _ = header(shstrndx)
+    sections = {}
+    for index in range(shnum):
+        name, kind, offset, size = header(index)
+        end = data.index(b"\0", names_at + name)
+        # SHT_NOBITS (8) occupies no bytes in the file
+        sections[data[names_at + name : end].decode("utf-8", "replace")] = (
+            b"" if kind == 8 else data[offset : offset + size]
+        )
+    return sections
+
+
 def elf_comment(path):
     """The strings of an ELF object's .comment section: each compiler that built a part of it writes its
     identity there ("GCC: (Debian 12.2.0-14) 12.2.0"), so this is read from the artefact, not from a log."""
     with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return []  # not a little-endian 64-bit ELF: nothing orch builds
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        raw = elf_sections(handle.read()).get(".comment", b"").split(b"\0")
+    return sorted({part.decode("utf-8", "replace") for part in raw if part})
 
-    def section(index):
-        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
-        return name, offset, size
 
-    _, names_at, _ = section(shstrndx)
-    for index in range(shnum):
-        name, offset, size = section(index)
-        end = data.index(b"\0", names_at + name)
-        if data[names_at + name : end] == b".comment":
-            raw = data[offset : offset + size].split(b"\0")
-            return sorted({part.decode("utf-8", "replace") for part in raw if part})
-    return []
+#: A fat binary container's magic (fatbinary_section.h / fatbinary.h: FATBIN_MAGIC).
+FATBIN_MAGIC = 0xBA55ED50
+FATBIN_KIND_PTX = 1
+#: Machine code (cubin): 2, and 0x10 (an alternate ELF kind cuobjdump also lists).
+FATBIN_KINDS_ELF = (2, 0x10)
+
+
+def fatbin_archs(section):
+    """The GPU code in an ELF's .nv_fatbin section: 'sm_XY' for each machine-code (cubin) entry, 'compute_XY'
+    for each PTX entry, sorted and deduplicated. Read from the bytes nvcc wrote, not from the arch list asked.
+
+    The layout, as documented by NVIDIA's fatbinary.h (struct fatBinaryHeader: magic u32, version u16,
+    headerSize u16, fatSize u64) and the reverse-engineered spec in GrigoryEvko/nvopen-tools,
+    fatbin/FORMAT_SPECIFICATION.md (entry: kind u16 @0, header size u32 @4, padded payload size u64 @8,
+    sm arch u32 @28): the section holds containers back to back (one per translation unit, each 8-aligned),
+    a container's entries follow its header, and each entry's payload (compressed or not) follows its own
+    header. Payloads are skipped, never decompressed: the arch is in the entry header.
+    """
+    archs = set()
+    at = 0
+    while at + 16 <= len(section):
+        magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", section, at)
+        if magic != FATBIN_MAGIC:
+            if magic == 0:  # padding between containers
+                at += 8
+                continue
+            raise ValueError(f"not a fatbin container at offset {at} (magic {magic:#x})")
+        entry, end = at + header_size, at + header_size + fat_size
+        if end > len(section):
+            raise ValueError(f"fatbin container at offset {at} runs past the section's end")
+        while entry + 32 <= end:
+            kind, _, entry_size, padded = struct.unpack_from("<HHIQ", section, entry)
+            (arch,) = struct.unpack_from("<I", section, entry + 28)
+            if entry_size == 0:
+                break
+            if kind == FATBIN_KIND_PTX:
+                archs.add(f"compute_{arch}")
+            elif kind in FATBIN_KINDS_ELF:
+                archs.add(f"sm_{arch}")
+            entry += entry_size + padded
+        at = (end + 7) & ~7
+    return sorted(archs, key=lambda name: (int(re.sub(r"\D", "", name) or 0), name))
+
+
+def compiled_archs(path):
+    """GPU archs compiled into a shared object (its .nv_fatbin section); [] for a CPU-only object."""
+    with open(path, "rb") as handle:
+        section = elf_sections(handle.read()).get(".nv_fatbin")
+    return fatbin_archs(section) if section else []
 
 
 def extensions_section():
@@ -197,11 +255,21 @@ def extensions_section():
             with open(path, "rb") as handle:
                 entry["sha256"] = hashlib.sha256(handle.read()).hexdigest()
             entry["compilers"] = elf_comment(path)
+            try:
+                entry["compiled_archs"] = compiled_archs(path)
+            except (ValueError, struct.error) as exc:
+                entry["compiled_archs"] = []
+                entry["fatbin_error"] = str(exc)[:300]
         else:
             entry["sha256"] = None
             entry["compilers"] = []
+            entry["compiled_archs"] = []
         artefacts.append(entry)
-    return {"artefacts": artefacts, "toolchain": record.get("toolchain", {})}
+    return {
+        "artefacts": artefacts,
+        "toolchain": record.get("toolchain", {}),
+        "toolchain_wheels": record.get("toolchain_wheels", []),
+    }
 
 
 def main():

@@ -6,25 +6,31 @@ into the extension's object, it says so ("built for sm_80, this GPU is sm_90, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.checks.cuda_archs import arch_gap
 from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.model.checks import Check
 from orchestrator.text import one_line
 
 
-def _arch_note(found: dict[str, Any], result: dict[str, Any]) -> str | None:
-    device_arch, compiled = found.get("device_arch"), result.get("compiled_archs")
-    if not device_arch or not isinstance(compiled, list) or device_arch in compiled:
+def _arch_note(found: dict[str, Any], compiled: Sequence[str] | None) -> str | None:
+    device_arch = found.get("device_arch")
+    if not isinstance(device_arch, str) or not compiled:
         return None
-    ptx = any(str(arch).startswith("compute_") for arch in compiled)
-    return (
-        f"built for {', '.join(map(str, compiled)) or 'no arch'}, this GPU is {device_arch}{'' if ptx else ', no PTX'}"
-    )
+    return arch_gap(device_arch, [str(arch) for arch in compiled])
 
 
-def extension_check_lines(build: BuildSpec, found: dict[str, Any] | None, failure: str | None) -> list[Check]:
-    """`found` is the probe's JSON (None when it printed none; then `failure` says why)."""
+def extension_check_lines(
+    build: BuildSpec,
+    found: dict[str, Any] | None,
+    failure: str | None,
+    compiled_archs: Mapping[str, Sequence[str]] | None = None,
+) -> list[Check]:
+    """`found` is the probe's JSON (None when it printed none; then `failure` says why); `compiled_archs` the
+    archs the inventory read from each extension's object (its .nv_fatbin), by extension name."""
+    compiled_archs = compiled_archs or {}
     results = {str(r.get("name")): r for r in (found or {}).get("results") or [] if isinstance(r, dict)}
     lines: list[Check] = []
     for extension in build.extensions:
@@ -39,7 +45,7 @@ def extension_check_lines(build: BuildSpec, found: dict[str, Any] | None, failur
             lines.append(Check(name=name, expected=expected, observed=one_line(str(why)), passed=False))
             continue
         error = result.get("error")
-        note = _arch_note(found or {}, result)
+        note = _arch_note(found or {}, compiled_archs.get(extension.name))
         if error is not None:
             observed = one_line(f"{extension.name}: {error}")
             lines.append(Check(name=name, expected=expected, observed=observed, passed=False, detail=note))

@@ -5,9 +5,10 @@ from __future__ import annotations
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from orchestrator.checks.cuda_archs import expected_archs
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
-from orchestrator.model.inventory import Inventory, InventoryDiff, parse_freeze
+from orchestrator.model.inventory import BuiltExtension, Inventory, InventoryDiff, parse_freeze
 
 
 def _same_version(a: str, b: str) -> bool:
@@ -150,4 +151,18 @@ def extension_checks(loaded: LoadedDossier, inventory: Inventory) -> list[Check]
                 detail="; ".join(artefact.compilers) or None,
             )
         )
+        if extension.language == "cuda" and artefact.sha256 is not None:  # a missing object fails the line above
+            checks.append(_arch_line(extension.name, build.cuda_archs, artefact))
     return checks
+
+
+def _arch_line(name: str, cuda_archs: list[str], artefact: BuiltExtension) -> Check:
+    """The GPU code in the object (its .nv_fatbin, read in the image) is what the dossier's arch list asks."""
+    expected = expected_archs(cuda_archs)
+    observed = artefact.compiled_archs
+    return Check(
+        name=f"extension {name} compiled for the dossier's GPU archs",
+        expected=f"{', '.join(expected)} (build.cuda_archs {';'.join(cuda_archs)})",
+        observed=", ".join(observed) if observed else (artefact.fatbin_error or "no GPU code in the object"),
+        passed=sorted(observed) == sorted(expected),
+    )

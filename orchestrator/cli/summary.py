@@ -21,7 +21,13 @@ def print_build_summary(console: Console, record: BuildRecord, out: Path) -> Non
         console.print(f"  image   {record.image.tag}  {record.image.id[:19]}  {size:.2f} GB")
     cache = record.cache
     build_s = record.durations_s.get("build", 0.0)
-    console.print(f"  cache   {cache.cached}/{cache.steps} steps from the layer cache; build {build_s:.1f}s")
+    if record.reused:
+        console.print(
+            "  reused  the image already built from the same dossier identity and context digest "
+            f"({record.context.digest[:12]}): no engine build; --no-cache builds again"
+        )
+    else:
+        console.print(f"  cache   {cache.cached}/{cache.steps} steps from the layer cache; build {build_s:.1f}s")
     if record.code.variant:
         console.print(f"  code    recorded variant {record.code.variant} (uncommitted changes)")
     if record.checks:

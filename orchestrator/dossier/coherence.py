@@ -41,6 +41,13 @@ class ResolvedBaseImage:
     def from_line(self) -> str:
         return f"{self.ref}@{self.digest}" if self.digest else self.ref
 
+    @property
+    def has_nvcc(self) -> bool:
+        """NVIDIA's devel images (nvidia/cuda:<version>-[cudnn-]devel-<os>) carry nvcc in /usr/local/cuda;
+        runtime images and orch's local Debian base do not."""
+        repository, _, tag = self.ref.partition("@")[0].rpartition(":")
+        return repository.endswith("nvidia/cuda") and "-devel-" in f"-{tag}-"
+
 
 def _versions(values: tuple[str, ...]) -> str:
     return ", ".join(values) if values else "none"
@@ -242,27 +249,85 @@ GCC_BY_OS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_build(
-    build: BuildSpec | None, system: SystemSpec, image: ResolvedBaseImage, lock: Lock
+def nvcc_wheel_name(cuda_major: int) -> str:
+    """NVIDIA's PyPI name for nvcc: one package per CUDA major up to 12 (-cu12), plain from 13 on."""
+    return "nvidia-cuda-nvcc" if cuda_major >= 13 else f"nvidia-cuda-nvcc-cu{cuda_major}"
+
+
+def _release_matches(asked: str, version: Version) -> bool:
+    """'13.0' matches 13.0.x; '13.0.88' matches only 13.0.88."""
+    parts = tuple(int(part) for part in asked.split("."))
+    return version.release[: len(parts)] == parts
+
+
+def check_cuda_toolchain(
+    build: BuildSpec, system: SystemSpec, image: ResolvedBaseImage, toolchain_lock: Lock | None
 ) -> Incoherence | None:
-    """The extensions' toolchain against the platform, the base image's archive and the lock."""
+    """nvcc: its major matches the platform's CUDA (torch.utils.cpp_extension refuses a mismatched major); it
+    comes from a devel base, or from NVIDIA's wheels pinned in the build-only toolchain lock."""
+    nvcc, field = build.toolchain.nvcc, "build.toolchain.nvcc"
+    assert nvcc is not None  # the schema requires it with CUDA sources
+    if system.version is None or nvcc.split(".")[0] != system.version.split(".")[0]:
+        return Incoherence(
+            field,
+            f"nvcc {nvcc} does not build for CUDA {system.version} (system.version): torch.utils.cpp_extension "
+            f"refuses a CUDA compiler of another major than torch's; choose nvcc {system.version}",
+        )
+    requirements = build.toolchain.requirements
+    if image.has_nvcc:
+        if requirements is not None:
+            return Incoherence(
+                "build.toolchain.requirements",
+                f"{image.ref} is a CUDA devel image with its own nvcc: drop build.toolchain.requirements",
+            )
+        return None
+    if requirements is None or toolchain_lock is None:
+        return Incoherence(
+            "build.toolchain.requirements",
+            f"{image.ref} has no nvcc: name a lock of NVIDIA's toolchain wheels ({nvcc_wheel_name(int(nvcc.split('.')[0]))}, "
+            "nvidia-cuda-runtime, and what nvcc needs) in build.toolchain.requirements, or use a "
+            "nvidia/cuda devel base image",
+        )
+    wheel = nvcc_wheel_name(int(nvcc.split(".")[0]))
+    pinned = toolchain_lock.get(wheel)
+    if pinned is None:
+        return Incoherence(
+            "build.toolchain.requirements", f"{requirements} pins no {wheel}: the CUDA compiler comes from that wheel"
+        )
+    if not _release_matches(nvcc, pinned.version):
+        return Incoherence(
+            field,
+            f"nvcc {nvcc} is asked but {requirements} line {pinned.line} pins {wheel}=={pinned.version}; "
+            "make them agree",
+        )
+    return None
+
+
+def check_build(
+    build: BuildSpec | None,
+    system: SystemSpec,
+    image: ResolvedBaseImage,
+    lock: Lock,
+    toolchain_lock: Lock | None = None,
+) -> Incoherence | None:
+    """The extensions' toolchain against the platform, the base image's archive and the locks."""
     if build is None:
         return None
     language = build.language
     if language == "hip":
         return Incoherence(
-            "build.extensions", "HIP extensions are not built by this orch yet; build C++ or CUDA sources"
+            "build.extensions",
+            "HIP extensions are not built by this orch yet (the design is hipcc from a ROCm devel base image); "
+            "build C++ or CUDA sources",
         )
     if language == "cuda" and system.platform != "cuda":
         return Incoherence(
             "build.extensions", f"CUDA sources (.cu) need system.platform cuda; the dossier's is {system.platform}"
         )
     if language == "cuda":
-        # Not yet: nvcc from NVIDIA's wheels in the wheelhouse, the arch list read from the fatbin (issue 13).
-        return Incoherence(
-            "build.extensions",
-            "CUDA extensions (.cu) are not built by this orch yet; build C++ sources (platform cpu) for now",
-        )
+        problem = check_cuda_toolchain(build, system, image, toolchain_lock)
+        if problem is not None:
+            return problem
     if lock.get("torch") is None:
         return Incoherence(
             "python.requirements", "build.extensions are built with torch.utils.cpp_extension: pin torch in the lock"

@@ -36,9 +36,19 @@ class ToolchainSpec(StrictModel):
     )
     nvcc: str | None = Field(
         default=None,
-        pattern=r"^\d+\.\d+\.\d+$",
-        description="CUDA compiler: the version of NVIDIA's nvidia-cuda-nvcc-cu12 wheel (and the matching "
-        "runtime headers), e.g. '12.4.131'. Required for CUDA sources, refused for others.",
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description="CUDA compiler version: '13.0' (any 13.0.x) or exact ('13.0.88'). On a CUDA devel base the "
+        "image's nvcc must report it; otherwise the nvcc wheel pinned in toolchain.requirements "
+        "(nvidia-cuda-nvcc for CUDA 13, nvidia-cuda-nvcc-cu12 for 12.x) must be that version. "
+        "Required for CUDA sources, refused for others.",
+    )
+    requirements: RelativePath | None = Field(
+        default=None,
+        description="Build-only lock (pip format, --hash on every line) of NVIDIA's toolchain wheels: nvcc, "
+        "the CUDA runtime headers and what nvcc needs (crt, nvvm). Collected into the wheelhouse like "
+        "python.requirements, installed in the builder stage only, never in the runtime image. Required for "
+        "CUDA sources on a base without nvcc (orch's local Debian base, a CUDA runtime image); refused on a "
+        "CUDA devel base (its nvcc is used) and for C++-only builds.",
     )
     hipcc: str | None = Field(
         default=None,
@@ -162,6 +172,8 @@ class BuildSpec(StrictModel):
             raise ValueError("CUDA sources (.cu) need toolchain.nvcc")
         if "cuda" not in languages and self.toolchain.nvcc is not None:
             raise ValueError("toolchain.nvcc is set but no extension has CUDA sources (.cu)")
+        if "cuda" not in languages and self.toolchain.requirements is not None:
+            raise ValueError("toolchain.requirements (CUDA toolchain wheels) is set but no extension has CUDA sources")
         if "cuda" in languages and not self.cuda_archs:
             raise ValueError("CUDA sources need cuda_archs (TORCH_CUDA_ARCH_LIST), e.g. ['8.0', '9.0']")
         if "hip" in languages and (self.toolchain.hipcc is None or not self.rocm_archs):

@@ -6,7 +6,7 @@ dossier's folder, of the right kind (`paths`: the folder is untrusted, symlinks 
 → declared fingerprints match, when asked (`orch validate`) → lock parses → coherence with vendor
 tables (for the reference and every declared variant).
 
-Why one module of ~450 lines: it is the loader's one sequence, read top to bottom; the parts that stand
+Why one module of ~490 lines: it is the loader's one sequence, read top to bottom; the parts that stand
 on their own (YAML source, paths, fingerprints, lock, coherence) already live beside it.
 """
 
@@ -83,6 +83,8 @@ class LoadedDossier:
     files: dict[str, str]  # dossier-relative path → sha256 (folders: a tree hash)
     #: Symlinks followed (all inside the folder, by the rule in `paths`): link → target, folder-relative.
     links: dict[str, str] = field(default_factory=dict)
+    #: The build-only lock of toolchain wheels (build.toolchain.requirements: nvcc and CUDA headers), if any.
+    toolchain_lock: Lock | None = None
 
     @property
     def root(self) -> Path:
@@ -148,6 +150,8 @@ def referenced_paths(model: Dossier) -> list[tuple[str, str, bool]]:
         target = check.pairs if check.kind == "nearest_neighbour" else check.reference
         key = "pairs" if check.kind == "nearest_neighbour" else "reference"
         refs.append((f"expect.business[{index}].{key}", target, False))
+    if model.build is not None and model.build.toolchain.requirements is not None:
+        refs.append(("build.toolchain.requirements", model.build.toolchain.requirements, False))
     for index, variant in enumerate(model.variants):
         if variant.python is not None:
             refs.append((f"variants[{index}].python.requirements", variant.python.requirements, False))
@@ -202,14 +206,16 @@ def _first_validation_error(file: str, exc: ValidationError, doc: YamlDocument) 
     return DossierError(file, message, field=field or None, line=doc.line_of(loc))
 
 
-def _check_coherence(file: str, model: Dossier, lock: Lock, doc: YamlDocument, prefix: str = "") -> ResolvedBaseImage:
+def _check_coherence(
+    file: str, model: Dossier, lock: Lock, doc: YamlDocument, prefix: str = "", toolchain_lock: Lock | None = None
+) -> ResolvedBaseImage:
     image = resolve_base_image(model.system)
     problem: Incoherence | None = image if isinstance(image, Incoherence) else None
     if problem is None and isinstance(image, ResolvedBaseImage):
         problem = (
             check_python_fits_image(model.python, image, model.system)
             or check_torch(model.system, model.python, lock)
-            or check_build(model.build, model.system, image, lock)
+            or check_build(model.build, model.system, image, lock, toolchain_lock)
         )
     if problem is not None:
         field = prefix + problem.field if prefix else problem.field
@@ -255,6 +261,31 @@ def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
         raise DossierError(
             str(lock_path),
             f"{unhashed.name} has no --hash: install: wheelhouse installs with --require-hashes, "
+            "so every line needs --hash=sha256:…",
+            line=unhashed.line,
+            field=field,
+        )
+    return lock
+
+
+def _read_toolchain_lock(file: str, model: Dossier, root: Path) -> Lock | None:
+    """build.toolchain.requirements: installed with --require-hashes in the builder stage, in every mode."""
+    relative = model.build.toolchain.requirements if model.build is not None else None
+    if relative is None:
+        return None
+    field = "build.toolchain.requirements"
+    real = locate(root, relative, "file", Where(file, field))
+    try:
+        lock = parse_lock(real.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DossierError(str(root / relative), "the lock is not UTF-8 text", field=field) from None
+    except LockError as exc:
+        raise DossierError(str(root / relative), str(exc), line=exc.line, field=field) from None
+    unhashed = next((req for req in lock.requirements if not req.hashes), None)
+    if unhashed is not None:
+        raise DossierError(
+            str(root / relative),
+            f"{unhashed.name} has no --hash: the toolchain wheels install with --require-hashes, "
             "so every line needs --hash=sha256:…",
             line=unhashed.line,
             field=field,
@@ -403,7 +434,8 @@ def load_dossier(
                 )
 
     reference_lock = _read_lock(file, reference, root, "python.requirements")
-    reference_image = _check_coherence(file, reference, reference_lock, doc)
+    toolchain_lock = _read_toolchain_lock(file, reference, root)  # the build section is not a variant's
+    reference_image = _check_coherence(file, reference, reference_lock, doc, toolchain_lock=toolchain_lock)
     for index, declared in enumerate(reference.variants):
         effective = apply_variant(reference, declared.name)
         variant_lock = (
@@ -411,13 +443,15 @@ def load_dossier(
             if declared.python is not None
             else reference_lock
         )
-        _check_coherence(file, effective, variant_lock, doc, prefix=f"variants[{index}].")
+        _check_coherence(
+            file, effective, variant_lock, doc, prefix=f"variants[{index}].", toolchain_lock=toolchain_lock
+        )
 
     model, lock, image = reference, reference_lock, reference_image
     if variant is not None:
         model = apply_variant(reference, variant)
         lock = _read_lock(file, model, root, "python.requirements") if model.python != reference.python else lock
-        image = _check_coherence(file, model, lock, doc)
+        image = _check_coherence(file, model, lock, doc, toolchain_lock=toolchain_lock)
 
     return LoadedDossier(
         path=dossier_path,
@@ -429,6 +463,7 @@ def load_dossier(
         identity=dossier_identity(reference, files, variant),
         files=files,
         links=links,
+        toolchain_lock=toolchain_lock,
     )
 
 
@@ -446,6 +481,10 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     # build (compiled extensions) likewise: absent from the identity while unset.
     if dumped.get("build") is None:
         dumped.pop("build", None)
+    # python.installer likewise (its default, uv for a wheelhouse, is what the rendered Dockerfile shows).
+    for python in [dumped["python"], *(variant.get("python") for variant in dumped.get("variants") or [])]:
+        if isinstance(python, dict) and python.get("installer") is None:
+            python.pop("installer", None)
     payload = {
         "dossier": dumped,
         "files": dict(sorted(files.items())),

@@ -29,7 +29,7 @@ from pydantic import (
 
 from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.dossier.fields import RelativePath, StrictModel
-from orchestrator.model.platform import InstallMode, Platform
+from orchestrator.model.platform import Installer, InstallMode, Platform
 
 SCHEMA_VERSION = 1
 
@@ -153,6 +153,12 @@ class PythonSpec(StrictModel):
         description="online: pip in the build reaches the indexes. wheelhouse: the host downloads the pinned, "
         "hashed wheels and the build installs them with no network.",
     )
+    installer: Installer | None = Field(
+        default=None,
+        description="What installs the lock in the build: uv (wheelhouse mode only; its own hash-pinned wheel "
+        "is collected with the others, used in the builder stage and never shipped) or pip. Default: uv in "
+        "wheelhouse mode, pip online.",
+    )
     indexes: list[IndexSpec] = Field(
         default_factory=list,
         description="Extra package indexes, searched after PyPI unless use_pypi is false.",
@@ -172,6 +178,22 @@ class PythonSpec(StrictModel):
         for link in links:
             _refuse_credentials_in_url(link)
         return links
+
+    @model_validator(mode="after")
+    def _uv_needs_wheelhouse(self) -> PythonSpec:
+        if self.installer == "uv" and self.install != "wheelhouse":
+            raise ValueError(
+                "installer uv comes from the wheelhouse (the host collects its pinned wheel); "
+                "set install: wheelhouse, or installer: pip for an online install"
+            )
+        return self
+
+    @property
+    def effective_installer(self) -> Installer:
+        """The installer the build uses: the dossier's, else uv for a wheelhouse and pip online."""
+        if self.installer is not None:
+            return self.installer
+        return "uv" if self.install == "wheelhouse" else "pip"
 
     @model_validator(mode="after")
     def _private_index_needs_wheelhouse(self) -> PythonSpec:
@@ -484,7 +506,8 @@ class Dossier(StrictModel):
     determinism: DeterminismSpec = Field(default_factory=DeterminismSpec)
     build: BuildSpec | None = Field(
         default=None,
-        description="Compiled extensions (C++ today), built in the builder stage; only the artefact ships.",
+        description="Compiled extensions (C++; CUDA with nvcc from a devel base or NVIDIA's wheels), built in the builder "
+        "stage; only the artefact ships (docs/extensions.md).",
     )
     variants: list[VariantSpec] = Field(default_factory=list)
 

@@ -8,7 +8,7 @@ clear `EngineUnavailable` (exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, Self
 
@@ -24,6 +24,7 @@ __all__ = [
     "LayerEntry",
     "Mount",
     "Network",
+    "RegistryAuth",
     "RunOutcome",
     "RunSpec",
     "connect",
@@ -53,6 +54,20 @@ class ImageInfo:
     env: Mapping[str, str]
     repo_digests: tuple[str, ...]
     size: int
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """Credentials for one registry, read from environment variables at the moment of use, never stored.
+
+    `repr` hides the password, so a traceback or a debug print of a value holding it shows nothing secret.
+    """
+
+    username: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"RegistryAuth(username={self.username!r}, password='****')"
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,16 @@ class Engine(Protocol):
     def run(self, spec: RunSpec) -> RunOutcome: ...
 
     def remove_image(self, ref: str) -> None: ...
+
+    #: Push `repository:tag` (the image must carry that tag here); returns the registry's manifest
+    #: digest (`sha256:…`). Raises RegistryError when the registry refuses or does not answer.
+    def push(self, repository: str, tag: str, auth: RegistryAuth | None = None) -> str: ...
+
+    #: Pull `name@sha256:…` (never a tag: a tag can move); creates no tag. Raises RegistryError.
+    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo: ...
+
+    #: Remove the tag `ref` only, never an image: does nothing unless the image keeps another name.
+    def untag(self, ref: str) -> None: ...
 
     def history(self, ref: str) -> list[str]: ...
 

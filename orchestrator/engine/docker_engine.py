@@ -29,6 +29,7 @@ from orchestrator.engine import (
     ImageInfo,
     LayerEntry,
     Network,
+    RegistryAuth,
     RunOutcome,
     RunSpec,
 )
@@ -37,7 +38,13 @@ from orchestrator.engine.labels import (
     extra_labels_from_environment,
     tag_namespace_from_environment,
 )
-from orchestrator.errors import BaseImageMissing, EngineUnavailable, EnvironmentFailure, ImageNotBuilt
+from orchestrator.errors import (
+    BaseImageMissing,
+    EngineUnavailable,
+    EnvironmentFailure,
+    ImageNotBuilt,
+    RegistryError,
+)
 from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
 
@@ -239,6 +246,76 @@ class DockerEngine:
         if pulled is None:
             raise BaseImageMissing(f"pulling {ref} reported success but the image is not there")
         return pulled
+
+    # -- registries --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _auth_config(auth: RegistryAuth | None) -> dict[str, str] | None:
+        # None lets docker-py read the user's own `docker login` (~/.docker/config.json), as the CLI does.
+        return None if auth is None else {"username": auth.username, "password": auth.password}
+
+    @staticmethod
+    def _scrubbed(text: str, auth: RegistryAuth | None) -> str:
+        """One line of a registry's answer, with any echo of the password replaced (and URLs redacted)."""
+        if auth is not None and auth.password:
+            text = text.replace(auth.password, "****")
+        return redact(text.strip().splitlines()[0] if text.strip() else "no answer")
+
+    def _registry_stream(self, chunks: Iterable[Any], what: str, auth: RegistryAuth | None) -> str | None:
+        """Drain a push or pull stream; the pushed digest (aux.Digest) when there is one; RegistryError on error."""
+        digest: str | None = None
+        for chunk in chunks:
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                raise RegistryError(f"{what} failed: {self._scrubbed(str(chunk['error']), auth)}")
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and "Digest" in aux:
+                digest = str(aux["Digest"])
+        return digest
+
+    def push(self, repository: str, tag: str, auth: RegistryAuth | None = None) -> str:
+        what = f"pushing {repository}:{tag}"
+        try:
+            stream = self._client.api.push(
+                repository, tag=tag, stream=True, decode=True, auth_config=self._auth_config(auth)
+            )
+            digest = self._registry_stream(stream, what, auth)
+        except docker.errors.ImageNotFound:
+            raise ImageNotBuilt(f"image {repository}:{tag} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            explanation = str(getattr(exc, "explanation", None) or exc)
+            raise RegistryError(f"{what} failed: {self._scrubbed(explanation, auth)}") from None
+        if digest is None:
+            raise RegistryError(f"{what}: the engine reported no digest for the pushed image")
+        return digest
+
+    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo:
+        name, _, digest = reference.partition("@")
+        if not digest.startswith("sha256:"):
+            raise RegistryError(f"{reference} names no digest; orch pulls only by digest (a tag can move)")
+        what = f"pulling {reference}"
+        try:
+            stream = self._client.api.pull(
+                name, tag=digest, stream=True, decode=True, auth_config=self._auth_config(auth)
+            )
+            self._registry_stream(stream, what, auth)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            explanation = str(getattr(exc, "explanation", None) or exc)
+            raise RegistryError(f"{what} failed: {self._scrubbed(explanation, auth)}") from None
+        pulled = self.image(reference)
+        if pulled is None:
+            raise RegistryError(f"{what} reported success but the image is not in the engine")
+        return pulled
+
+    def untag(self, ref: str) -> None:
+        image = self.image(ref)
+        if image is None or ref not in image.tags or len(image.tags) < 2:
+            return  # its only name: removing it would remove the image, which is not ours to decide here
+        try:
+            self._client.api.remove_image(ref, force=False, noprune=True)
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"removing the tag {ref} failed: {exc.explanation}") from None
 
     def history(self, ref: str) -> list[str]:
         """The instruction behind every layer (`docker history --no-trunc`), newest first."""

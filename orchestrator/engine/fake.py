@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Self
 
-from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, LayerEntry, RunOutcome
-from orchestrator.errors import BaseImageMissing, ImageNotBuilt
+from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, LayerEntry, RegistryAuth, RunOutcome
+from orchestrator.errors import BaseImageMissing, ImageNotBuilt, RegistryError
 from orchestrator.plan.specs import Network, RunSpec
 
 PROBE_LABEL = "io.orch.probe"
@@ -128,8 +128,16 @@ class FakeEngine:
         info: EngineInfo | None = None,
         labels: Mapping[str, str] | None = None,
         tag_namespace: str = "orch",
+        registry_error: str | None = None,
+        registry_auth: RegistryAuth | None = None,
     ) -> None:
         self.tag_namespace = tag_namespace
+        #: When set, every push and pull fails with this as the registry's answer (a registry that is down).
+        self.registry_error = registry_error
+        #: When set, the registry accepts only these credentials.
+        self.registry_auth = registry_auth
+        #: What the fake registry holds: `name@sha256:…` → the image pushed there.
+        self.registry: dict[str, ImageInfo] = {}
         self._images: dict[str, ImageInfo] = {}
         self._configs: dict[str, bytes] = {}
         self._histories: dict[str, list[LayerEntry]] = {}
@@ -260,6 +268,63 @@ class FakeEngine:
         if image is not None:
             for key in [k for k, v in self._images.items() if v.id == image.id and k in image.tags]:
                 del self._images[key]
+
+    def _registry_gate(self, what: str, auth: RegistryAuth | None) -> None:
+        if self.registry_error is not None:
+            raise RegistryError(f"{what} failed: {self.registry_error}")
+        if self.registry_auth is not None and auth != self.registry_auth:
+            raise RegistryError(f"{what} failed: unauthorized: authentication required")
+
+    def push(self, repository: str, tag: str, auth: RegistryAuth | None = None) -> str:
+        self.calls.append(("push", f"{repository}:{tag}"))
+        image = self._images.get(f"{repository}:{tag}")
+        if image is None:
+            raise ImageNotBuilt(f"image {repository}:{tag} is not in the engine")
+        self._registry_gate(f"pushing {repository}:{tag}", auth)
+        # A registry's digest is that of the manifest it stores: here, of the image id and the repository.
+        digest = "sha256:" + hashlib.sha256(f"{repository}|{image.id}".encode()).hexdigest()
+        self.registry[f"{repository}@{digest}"] = image
+        pinned = f"{repository}@{digest}"
+        known = ImageInfo(
+            id=image.id,
+            tags=image.tags,
+            labels=image.labels,
+            env=image.env,
+            repo_digests=(*image.repo_digests, pinned),
+            size=image.size,
+        )
+        for ref, held in list(self._images.items()):
+            if held.id == image.id:
+                self._images[ref] = known
+        self._images[pinned] = known  # `docker image inspect name@digest` finds it, as RepoDigests says
+        return digest
+
+    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo:
+        self.calls.append(("pull_by_digest", reference))
+        self._registry_gate(f"pulling {reference}", auth)
+        image = self.registry.get(reference)
+        if image is None:
+            raise RegistryError(f"pulling {reference} failed: manifest unknown")
+        pulled = ImageInfo(
+            id=image.id, tags=(), labels=image.labels, env=image.env, repo_digests=(reference,), size=image.size
+        )
+        for ref in (image.id, reference):
+            self._images.setdefault(ref, pulled)
+        return self._images[reference]
+
+    def untag(self, ref: str) -> None:
+        self.calls.append(("untag", ref))
+        image = self._images.get(ref)
+        if image is None:
+            return
+        names = [k for k, v in self._images.items() if v.id == image.id and "@" not in k and k != image.id]
+        if ref in names and len(names) > 1:
+            del self._images[ref]
+            # As Docker does: untagging a repository's last tag forgets that repository's digest too.
+            repository = ref.rpartition(":")[0]
+            if not any(name.rpartition(":")[0] == repository for name in names if name != ref):
+                for key in [k for k, v in self._images.items() if v.id == image.id and k.startswith(repository + "@")]:
+                    del self._images[key]
 
     def history(self, ref: str) -> list[str]:
         self.calls.append(("history", ref))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.model.checks import Check
 from orchestrator.model.inventory import Inventory, InventoryDiff
-from orchestrator.model.platform import InstallMode
+from orchestrator.model.platform import Installer, InstallMode
 
 BUILD_FORMAT = "orch.build/1"
 
@@ -47,8 +47,14 @@ class WheelRef(Frozen):
 
 
 class ContextRef(Frozen):
-    digest: str = Field(description="sha256 of the normalised build-context tar the engine received.")
+    digest: str = Field(
+        description="sha256 of the build context's content: every file's path, mode and sha256, in order "
+        "(stages/build_context.context_digest); equal digests, identical contexts."
+    )
     install_mode: InstallMode
+    installer: Installer | None = Field(
+        default=None, description="What installed the lock in the builder: uv or pip (absent in older records)."
+    )
     network: str
     ca_bundle: bool
     wheels: list[WheelRef]
@@ -103,6 +109,11 @@ class BuildRecord(Frozen):
         default=None, description="'inventory probe', or a previous build.json of the same image id (same content)."
     )
     inventory_diff: InventoryDiff | None
+    reused: bool = Field(
+        default=False,
+        description="True when no engine build ran: the tag already named an image of the same dossier "
+        "identity and context digest (`--no-cache` always builds).",
+    )
     #: The image's layers, oldest first (the base's, then each step of the final stage); None for a failed build
     #: and for records written before orch recorded them.
     layers: list[ImageLayer] | None = None

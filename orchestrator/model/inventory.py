@@ -49,12 +49,20 @@ class BuiltExtension(Frozen):
     recorded_sha256: str = Field(description="What the builder stage recorded right after building it.")
     sha256: str | None = Field(description="The file's sha256 read in the image; None when it is missing.")
     compilers: list[str] = Field(description="The ELF .comment strings: the compilers that built the object.")
+    compiled_archs: list[str] = Field(
+        default_factory=list,
+        description="GPU code in the object's .nv_fatbin section: 'sm_XY' machine code, 'compute_XY' PTX. "
+        "Empty for a CPU-only object.",
+    )
+    fatbin_error: str | None = Field(default=None, description="Why the .nv_fatbin section could not be read.")
 
 
 class ExtensionsFacts(Frozen):
     artefacts: list[BuiltExtension]
     #: The toolchain's own `--version` lines in the builder stage (gcc, g++, nvcc).
     toolchain: dict[str, str | None]
+    #: name==version of the build-only toolchain wheels (build.toolchain.requirements), in the builder stage.
+    toolchain_wheels: list[str] = Field(default_factory=list)
 
 
 class Inventory(Frozen):
@@ -201,6 +209,7 @@ def _extensions(section: Any) -> ExtensionsFacts | None:
         toolchain={
             str(k): (None if v is None else redact(str(v))) for k, v in (section.get("toolchain") or {}).items()
         },
+        toolchain_wheels=[str(wheel) for wheel in section.get("toolchain_wheels") or []],
     )
 
 
@@ -278,11 +287,14 @@ class ProbeExtension(Recorded):
     recorded_sha256: str
     sha256: str | None
     compilers: list[str]
+    compiled_archs: list[str]
+    fatbin_error: str | None = None
 
 
 class ProbeExtensions(Recorded):
     artefacts: list[ProbeExtension]
     toolchain: dict[str, str | None]
+    toolchain_wheels: list[str]
 
 
 class InventoryProbeReport(Recorded):

@@ -38,3 +38,7 @@ class Manifest(BaseModel):
     image_tag: str
     report_verdict: Literal["passed", "failed"]
     files: list[ManifestFile]
+    #: `registry/repository@sha256:…` when the image was also pushed (`orch handover --push`): `orch verify`
+    #: can pull it by that digest instead of loading image.tar.gz, which such a hand-over may then omit.
+    #: Absent from older manifests, which verify as before.
+    repository_digest: str | None = None

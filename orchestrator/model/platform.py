@@ -12,5 +12,7 @@ from typing import Literal
 Platform = Literal["cpu", "cuda", "rocm"]
 #: How the image's Python packages install: from the index at build time, or from wheels the host collected.
 InstallMode = Literal["online", "wheelhouse"]
+#: What installs the lock in the builder stage: uv (from its own pinned wheel) or the venv's pip.
+Installer = Literal["uv", "pip"]
 #: The prefix of every label orch puts on images and containers (`io.orch.dossier.identity`, …).
 LABEL_PREFIX = "io.orch"

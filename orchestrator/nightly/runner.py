@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.engine import Engine
 from orchestrator.errors import (
     EXIT_ENVIRONMENT,
     EXIT_INTERRUPTED,
@@ -165,28 +166,28 @@ def _previous_cell(plan_history: Path, night_dir: Path, cell_id: str) -> tuple[s
     return None
 
 
-def _publish(plan: LoadedPlan, night_dir: Path, state: NightState) -> PublishState:
+def _publish(
+    plan: LoadedPlan,
+    night_dir: Path,
+    state: NightState,
+    engine_for: Callable[[str], Engine] | None = None,
+) -> PublishState:
     """The hook to the registry: passing cells only; a publishing failure never fails the night.
 
-    The contract with nightly/publish.py: `publish_passed(spec: PublishSpec, night_dir: Path,
-    passed: list[CellOutcome]) -> str | None` pushes each passing cell's image by digest and returns one
-    line for the summary; it raises an `OrchError` when publishing failed (the registry down), which the
-    night records as `publish: failed` with its message.
+    nightly/publish.py pushes each passing cell's image by digest (through `engine_for(cell_id)`, the
+    engine of the target that built it) and returns a typed record (`<night>/publish.json`); it never
+    raises for a push, so `failed` here comes from the record, not from an exception.
     """
-    import importlib
+    from orchestrator.nightly.publish import publish_passed
 
     passed = [cell.outcome for cell in state.cells if cell.outcome is not None and cell.outcome.status == "passed"]
-    if not passed:
+    if not passed or plan.model.publish is None:
         return PublishState(status="skipped", detail="no cell passed")
     try:
-        module = importlib.import_module("orchestrator.nightly.publish")
-    except ImportError:
-        return PublishState(status="skipped", detail="publishing is not available in this orch")
-    try:
-        detail = module.publish_passed(plan.model.publish, night_dir, passed)
+        record = publish_passed(plan.model.publish, night_dir, passed, engine_for=engine_for)
     except OrchError as exc:
         return PublishState(status="failed", detail=one_line(exc.message, 300))
-    return PublishState(status="passed", detail=one_line(str(detail or f"{len(passed)} image(s) pushed"), 300))
+    return PublishState(status=record.status, detail=one_line(str(record), 300))
 
 
 def run_night(

@@ -16,11 +16,12 @@ from orchestrator.dossier.coherence import ResolvedBaseImage
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.models import DeterminismSpec
 from orchestrator.model.build_record import CodeRef
-from orchestrator.model.platform import InstallMode, Platform
+from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.run import inventory_spec
 from orchestrator.plan.specs import Network, RunSpec
 from orchestrator.redact import redact
+from orchestrator.vendor import InstallerWheel, uv_wheel
 
 #: The unprivileged user the sample runs as inside every image (defined with the specs that use it).
 RUNTIME_UID = specs.RUNTIME_UID
@@ -30,6 +31,11 @@ LABEL_PREFIX = specs.LABEL_PREFIX
 #: Where the builder stage puts the extensions' sources, its scratch, and the one folder the final stage copies.
 EXT_SOURCES = "/tmp/orch/ext-src"
 EXT_OUT = "/opt/orch/ext"
+#: Builder-only: where NVIDIA's toolchain wheels are installed (pip --target) and the CUDA_HOME laid out from them.
+CUDA_WHEELS = "/opt/orch/cuda-wheels"
+CUDA_HOME_FROM_WHEELS = "/opt/orch/cuda"
+#: NVIDIA's devel images keep the toolkit here.
+CUDA_HOME_DEVEL = "/usr/local/cuda"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class ExtensionsPlan:
     #: orch/extensions.json: what probes/build_extensions.py builds.
     spec_json: str
     names: tuple[str, ...]
+    #: True when nvcc comes from NVIDIA's wheels (build.toolchain.requirements), installed in the builder only.
+    cuda_toolchain_wheels: bool = False
 
 
 def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPlan | None:
@@ -55,12 +63,21 @@ def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPl
     env = {"CC": f"gcc-{gcc}", "CXX": f"g++-{gcc}", **build.env}
     if build.cuda_archs:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(build.cuda_archs)
+    wheels = build.language == "cuda" and build.toolchain.requirements is not None
+    cuda: dict[str, str | None] | None = None
+    if build.language == "cuda":
+        # torch.utils.cpp_extension finds nvcc, the headers and libcudart through CUDA_HOME, and hands nvcc
+        # the dossier's compiler as its host compiler (-ccbin $CC).
+        cuda_home = CUDA_HOME_FROM_WHEELS if wheels else CUDA_HOME_DEVEL
+        env["CUDA_HOME"] = cuda_home
+        cuda = {"home": cuda_home, "wheels": CUDA_WHEELS if wheels else None, "nvcc": build.toolchain.nvcc}
     files = sorted({source for ext in build.extensions for source in [*ext.sources, *ext.include_dirs]})
     spec = {
         "language": build.language,
         "ninja": build.toolchain.ninja,
         "cuda_archs": list(build.cuda_archs),
         "env": dict(sorted(build.env.items())),
+        "cuda": cuda,
         "extensions": [
             {
                 "name": ext.name,
@@ -79,6 +96,7 @@ def _extensions_plan(loaded: LoadedDossier, python_version: str) -> ExtensionsPl
         env=tuple(sorted(env.items())),
         spec_json=json.dumps(spec, indent=2, sort_keys=True) + "\n",
         names=tuple(ext.name for ext in build.extensions),
+        cuda_toolchain_wheels=wheels,
     )
 
 
@@ -92,6 +110,10 @@ class BuildPlan:
     base: ResolvedBaseImage
     python_version: str
     install_mode: InstallMode
+    #: What installs the lock in the builder: uv (wheelhouse only, unpacked from `uv`'s wheel) or the venv's pip.
+    installer: Installer
+    #: uv's pinned wheel, collected into the wheelhouse with the locked ones; None when pip installs.
+    uv: InstallerWheel | None
     #: pip options for online installs (index URLs hold no credentials: the dossier refuses them).
     pip_index_options: tuple[str, ...]
     #: True when the build context carries a CA bundle (`orch/ca-bundle.pem`) for the online install.
@@ -146,6 +168,10 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         for link in model.python.find_links:
             index_options += ["--find-links", link]
 
+    installer = model.python.effective_installer
+    # The builder's machine is x86_64 today (TargetPlatform's default), the table's one uv wheel.
+    uv = uv_wheel() if installer == "uv" else None
+
     labels: dict[str, str] = {
         f"{LABEL_PREFIX}.dossier.identity": loaded.identity,
         f"{LABEL_PREFIX}.dossier.name": model.name,
@@ -153,6 +179,7 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         f"{LABEL_PREFIX}.backend.version": system.version or "none",
         f"{LABEL_PREFIX}.python.version": model.python.version,
         f"{LABEL_PREFIX}.install.mode": model.python.install,
+        f"{LABEL_PREFIX}.installer": installer,
         f"{LABEL_PREFIX}.version": __version__,
         "org.opencontainers.image.title": model.name,
         "org.opencontainers.image.base.name": base.ref,
@@ -180,6 +207,8 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         base=base,
         python_version=model.python.version,
         install_mode=model.python.install,
+        installer=installer,
+        uv=uv,
         pip_index_options=tuple(index_options),
         ca_bundle=ca_bundle and model.python.install == "online",
         builder_apt_packages=builder_packages,
@@ -209,6 +238,9 @@ def with_stage_labels(plan: BuildPlan, extra: Mapping[str, str]) -> BuildPlan:
 # -- what `orch build` will do with the plan --------------------------------------------------------------
 
 CREATED_LABEL = "org.opencontainers.image.created"
+#: The context digest, set by the engine's build-label option (it cannot be in the Dockerfile it digests):
+#: an image that carries this build's identity and digest is reused instead of built again.
+CONTEXT_DIGEST_LABEL = f"{LABEL_PREFIX}.context.digest"
 
 
 def default_tag(loaded: LoadedDossier, namespace: str = "orch") -> str:

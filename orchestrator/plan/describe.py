@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.plan.build import BuildSteps
+from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, BuildSteps
 from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import PROBE_LABEL, RunPlan
 from orchestrator.plan.specs import RunSpec
@@ -86,6 +86,11 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         context.append(
             ("wheels", f"pip download on the host for Python {plan.python_version}, glibc {base.glibc} -> wheels/")
         )
+    toolchain = loaded.model.build.toolchain.requirements if loaded.model.build is not None else None
+    if plan.extensions is not None and plan.extensions.cuda_toolchain_wheels and toolchain is not None:
+        context.append(("toolchain lock", f"{toolchain} -> toolchain.lock (builder stage only)"))
+        if plan.install_mode == "wheelhouse":
+            context.append(("toolchain wheels", "pip download on the host, the same way -> toolchain-wheels/"))
     if plan.ca_bundle:
         context.append(("CA bundle", f"{steps.ca_bundle} -> orch/ca-bundle.pem (builder stage only)"))
     return [
@@ -93,11 +98,17 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         PlannedCall(f"inspect image {steps.tag} (its created label is kept when it has this identity)"),
         PlannedCall("render the build context", tuple(context), engine=False),
         PlannedCall(
-            f"build image {steps.tag}",
+            f"build image {steps.tag}"
+            + (
+                ""
+                if steps.no_cache
+                else " (not run when step 2's image has this identity and context digest: that image is reused)"
+            ),
             (
                 ("context", f"{steps.context_dir} as a normalised tar (fixed owner and mtime)"),
                 ("network", steps.network),
                 ("cache", "off (--no-cache)" if steps.no_cache else "on"),
+                ("build label", f"{CONTEXT_DIGEST_LABEL}=<sha256 of the context: each file's path, mode and sha256>"),
                 *_labels("label", dict(plan.labels)),
                 *_labels("builder stage label", dict(plan.builder_labels)),
                 *_labels("every stage's label (ORCH_LABELS)", dict(plan.stage_labels)),

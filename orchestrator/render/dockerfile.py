@@ -7,7 +7,7 @@ and a fixed environment make the same plan give byte-identical output.
 from __future__ import annotations
 
 from orchestrator import __version__
-from orchestrator.plan.build import EXT_OUT, EXT_SOURCES, BuildPlan
+from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, BuildPlan
 from orchestrator.resources import render_template, templates_root
 
 
@@ -21,5 +21,6 @@ def render_dockerfile(plan: BuildPlan) -> str:
         orch_version=__version__,
         ext_sources=EXT_SOURCES,
         ext_out=EXT_OUT,
+        cuda_wheels=CUDA_WHEELS,
     )
     return text.rstrip("\n") + "\n"

@@ -1,7 +1,9 @@
 """`orch build`: render the dossier, build the image through the engine, read its inventory back.
 
-Stages, each timed: base image present (or pulled) → build context rendered (wheelhouse collected) →
-normalised context tar built with live progress → inventory probe run in the built image → checks →
+Stages, each timed: base image present (or pulled) → build context rendered (wheelhouse collected) and
+digested → the tagged image reused when it has this identity and context digest (`--no-cache` never
+reuses), else the normalised context tar built with live progress → inventory probe run in the built
+image (or read from build.json of the same image id) → checks →
 `build.json` + `build.log` + `pip-freeze.txt` written atomically into the output folder.
 A failed build step is a verdict (exit 1) with the step and the first error; no container is left behind.
 """
@@ -19,7 +21,7 @@ from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import Engine, ImageInfo, Network
+from orchestrator.engine import BuildOutcome, Engine, ImageInfo, Network
 from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
 from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
@@ -37,9 +39,9 @@ from orchestrator.model.build_record import (
 )
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
-from orchestrator.plan.build import created_label, default_tag, make_build_steps
+from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, LABEL_PREFIX, created_label, default_tag, make_build_steps
 from orchestrator.report.sbom import SBOM_FILE, sbom_json
-from orchestrator.stages.build_context import context_tar
+from orchestrator.stages.build_context import context_digest, context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
 from orchestrator.stages.image_layers import map_layers
@@ -126,13 +128,31 @@ def run_build(
     rendered = write_context(
         loaded, plan, steps.context_dir, ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
     )
+
+    digest = context_digest(rendered.directory, {f"wheels/{w.file_name}": w.sha256 for w in rendered.wheels})
     durations["render"] = time.monotonic() - mark
 
-    stage("build")
     mark = time.monotonic()
-    tar = context_tar(rendered.directory)
-    with tar.file:
-        outcome = engine.build(tar.file, steps.tag, network=network, no_cache=steps.no_cache, on_line=on_line)
+    reused = None if steps.no_cache else reusable_image(previous, loaded.identity, digest)
+    if reused is not None:
+        stage(f"reuse {tag}: same dossier identity and context digest (--no-cache builds again)")
+        outcome = BuildOutcome(
+            image_id=reused.id,
+            log=f"orch: no engine build: {tag} ({reused.id}) has the same dossier identity and context digest "
+            f"{digest}\n",
+        )
+    else:
+        stage("build")
+        tar = context_tar(rendered.directory)
+        with tar.file:
+            outcome = engine.build(
+                tar.file,
+                steps.tag,
+                network=network,
+                labels={CONTEXT_DIGEST_LABEL: digest},
+                no_cache=steps.no_cache,
+                on_line=on_line,
+            )
     durations["build"] = time.monotonic() - mark
     atomic_write_text(out / "build.log", outcome.log)
 
@@ -155,6 +175,8 @@ def run_build(
             )
         image_ref = ImageRef(tag=tag, id=built.id, labels=dict(built.labels), size_bytes=built.size)
         dockerfile = (rendered.directory / "Dockerfile").read_text(encoding="utf-8")
+        # The engine appends the build-label option as the final stage's last instruction.
+        dockerfile += f"LABEL {CONTEXT_DIGEST_LABEL}={digest}\n"
         layers = map_layers(engine.image_layers(built.id), len(engine.image_layers(base.id)), dockerfile)
         stage("inventory")
         mark = time.monotonic()
@@ -192,8 +214,9 @@ def run_build(
         image=image_ref,
         base_image=BaseImageRef(ref=loaded.base_image.from_line, id=base.id, digest=loaded.base_image.digest),
         context=ContextRef(
-            digest=tar.sha256,
+            digest=digest,
             install_mode=plan.install_mode,
+            installer=plan.installer,
             network=network,
             ca_bundle=plan.ca_bundle,
             wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in rendered.wheels],
@@ -206,6 +229,7 @@ def run_build(
         inventory=inventory,
         inventory_source=inventory_source,
         inventory_diff=diff,
+        reused=reused is not None,
         layers=layers,
     )
     write_record(out / "build.json", record)
@@ -226,6 +250,17 @@ def run_build(
             )
             raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
+
+
+def reusable_image(previous: ImageInfo | None, identity: str, digest: str) -> ImageInfo | None:
+    """The tagged image when it was built from this dossier identity and this very context: building again
+    would only ask the engine's cache to confirm every layer, so orch says so and skips the engine build."""
+    if previous is None:
+        return None
+    labels = previous.labels
+    if labels.get(f"{LABEL_PREFIX}.dossier.identity") == identity and labels.get(CONTEXT_DIGEST_LABEL) == digest:
+        return previous
+    return None
 
 
 def code_ref(state: CodeState) -> CodeRef:

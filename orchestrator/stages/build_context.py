@@ -14,6 +14,7 @@ import io
 import os
 import tarfile
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -58,6 +59,42 @@ class ContextTar:
     sha256: str
 
 
+def _entries(directory: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every entry, in the order the tar holds them."""
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        base = Path(root)
+        for name in [*sorted(dirs), *sorted(files)]:
+            path = base / name
+            relative = path.relative_to(directory).as_posix()
+            if relative not in _SKIP:
+                yield relative, path
+
+
+def context_digest(directory: Path, known: Mapping[str, str] | None = None) -> str:
+    """sha256 of the context's content, without building its tar: each entry's path, kind, mode as the tar
+    normalises it, and content sha256, in the tar's order. Equal digests: the engine would receive the same
+    files. `known` maps relative paths to sha256 already verified (the wheelhouse's wheels, checked against
+    the lock's hashes), so a warm build does not read hundreds of megabytes to learn what it knows.
+    """
+    known = known or {}
+    digest = hashlib.sha256()
+    for relative, path in _entries(directory):
+        if path.is_symlink():
+            line = f"l {relative} {os.readlink(path)}"
+        elif path.is_dir():
+            line = f"d {relative}"
+        else:
+            mode = "755" if path.stat().st_mode & 0o111 else "644"
+            content = known.get(relative)
+            if content is None:
+                with path.open("rb") as handle:
+                    content = hashlib.file_digest(handle, "sha256").hexdigest()
+            line = f"f {relative} {mode} {content}"
+        digest.update(line.encode("utf-8", errors="surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
 def context_tar(directory: Path) -> ContextTar:
     """A normalised tar of `directory` and its sha256 (equal digests: the engine receives identical contexts)."""
     # A BytesIO or a real file, never a SpooledTemporaryFile: requests cannot size the latter and falls
@@ -69,19 +106,12 @@ def context_tar(directory: Path) -> ContextTar:
     writer = _HashingWriter(spool)
     with tarfile.open(fileobj=writer, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         tar.copybufsize = 1 << 20  # 16 KiB by default: 200 MB of wheels would take 13,000 Python-level copies
-        for root, dirs, files in os.walk(directory):
-            dirs.sort()
-            base = Path(root)
-            for name in [*sorted(dirs), *sorted(files)]:
-                path = base / name
-                relative = path.relative_to(directory).as_posix()
-                if relative in _SKIP:
-                    continue
-                info = _normalise(tar.gettarinfo(str(path), arcname=relative))
-                if info.isfile():  # links and folders carry no content
-                    with path.open("rb") as handle:
-                        tar.addfile(info, handle)
-                else:
-                    tar.addfile(info)
+        for relative, path in _entries(directory):
+            info = _normalise(tar.gettarinfo(str(path), arcname=relative))
+            if info.isfile():  # links and folders carry no content
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
     spool.seek(0)
     return ContextTar(file=spool, sha256=writer.digest.hexdigest())

@@ -15,15 +15,28 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from orchestrator.dossier.load import LoadedDossier
+from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.errors import BadInput
 from orchestrator.plan.build import EXT_OUT, BuildPlan
 from orchestrator.render.dockerfile import render_dockerfile
 from orchestrator.resources import probe_source
 from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
 from orchestrator.stages.wheelhouse import TargetPlatform, Wheel, collect_wheels
+from orchestrator.vendor import InstallerWheel
 
 MARKER = ".orch-render.json"
+
+
+def installer_lock(wheel: InstallerWheel) -> Lock:
+    """A one-line lock for the installer's pinned wheel, so the wheelhouse collects and checks it like the rest."""
+    text = f"{wheel.name}=={wheel.version}"
+    requirement = LockedRequirement(
+        name=wheel.name, version=Version(wheel.version), text=text, hashes=(wheel.sha256,), marker=None, line=1
+    )
+    return Lock(requirements=(requirement,))
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,34 @@ def write_context(
                 cache=cache,
                 lock_file=loaded.model.python.requirements,
             )
+            if plan.uv is not None:
+                wheels += collect_wheels(
+                    installer_lock(plan.uv),
+                    TargetPlatform(python_version=plan.python_version, glibc=glibc),
+                    staging / "wheels",
+                    # uv is on PyPI whatever the dossier's own indexes; its hash pins the file, not the source.
+                    indexes=loaded.model.python.indexes,
+                    use_pypi=True,
+                    find_links=loaded.find_links(),
+                    cache=cache,
+                    lock_file="orchestrator/data/installers.json",
+                )
+        toolchain = loaded.model.build.toolchain.requirements if loaded.model.build is not None else None
+        if plan.extensions is not None and plan.extensions.cuda_toolchain_wheels and toolchain is not None:
+            # The CUDA toolchain's own lock and wheels, apart from the venv's: a toolchain change leaves the
+            # venv's layers cached, and none of these reach the final image.
+            shutil.copyfile(loaded.resolve(toolchain), staging / "toolchain.lock")
+            if plan.install_mode == "wheelhouse" and loaded.toolchain_lock is not None:
+                wheels += collect_wheels(
+                    loaded.toolchain_lock,
+                    TargetPlatform(python_version=plan.python_version, glibc=loaded.base_image.glibc or ""),
+                    staging / "toolchain-wheels",
+                    indexes=loaded.model.python.indexes,
+                    use_pypi=loaded.model.python.use_pypi,
+                    find_links=loaded.find_links(),
+                    cache=cache,
+                    lock_file=toolchain,
+                )
         if plan.ca_bundle:
             if ca_bundle is None or not ca_bundle.is_file():
                 raise BadInput(f"--ca-bundle {ca_bundle} is not a file")

@@ -6,6 +6,7 @@ No silent CPU fallback: a dossier that expects a GPU fails here when none is vis
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -118,8 +119,17 @@ def device_checks(platform: Platform, version: str | None, found: dict[str, Any]
     return checks
 
 
-def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: CompatVerdict) -> StageResult:
-    """Run the plan's device probe, unless the host stage found the driver cannot run the image's CUDA."""
+def device_stage(
+    engine: Engine,
+    loaded: LoadedDossier,
+    plan: RunPlan,
+    verdict: CompatVerdict,
+    compiled_archs: Mapping[str, Sequence[str]] | None = None,
+) -> StageResult:
+    """Run the plan's device probe, unless the host stage found the driver cannot run the image's CUDA.
+
+    `compiled_archs`: the GPU archs the inventory read from each compiled extension's object, by name, so
+    that an extension check failing on a GPU outside them says so."""
     started = time.monotonic()
     platform, version = loaded.model.system.platform, loaded.model.system.version
     mapping, spec = plan.mapping, plan.device
@@ -192,11 +202,13 @@ def device_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan, verdict: 
             {"gpu_mapping": mapping.description},
             error=StageError(step="device probe", message="printed a report that is not shaped as the probe's"),
         )
-    checks += _extension_lines(engine, loaded, spec)
+    checks += _extension_lines(engine, loaded, spec, compiled_archs or {})
     return stage_result("device", started, checks, facts)
 
 
-def _extension_lines(engine: Engine, loaded: LoadedDossier, device: RunSpec) -> list[Check]:
+def _extension_lines(
+    engine: Engine, loaded: LoadedDossier, device: RunSpec, compiled_archs: Mapping[str, Sequence[str]]
+) -> list[Check]:
     """The extensions' own checks, each its own line after the minimal compute (dossier `build`)."""
     spec = extension_check_spec(loaded, device)
     if spec is None or loaded.model.build is None:
@@ -210,4 +222,4 @@ def _extension_lines(engine: Engine, loaded: LoadedDossier, device: RunSpec) -> 
             if outcome.timed_out
             else describe_exit(outcome, spec, "the check imports each extension and runs its operator once")
         )
-    return extension_check_lines(loaded.model.build, found, failure)
+    return extension_check_lines(loaded.model.build, found, failure, compiled_archs)

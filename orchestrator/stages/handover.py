@@ -2,7 +2,8 @@
 
 Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
 
-    image.tar.gz        docker save of the built image (by tag), gzip-compressed
+    image.tar.gz        docker save of the built image (by tag), gzip-compressed; left out with
+                        `--push … --no-image-file`, when the manifest's repository digest is the image's source
     dossier/            the dossier file and everything it references, at the same relative paths
     build/              the rendered Dockerfile, the lock, the wheel hashes, build.json, build.log,
                         pip-freeze.txt (the observed inventory), sbom.cdx.json (CycloneDX SBOM of the image)
@@ -10,7 +11,8 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
     ACCESS.md           which credentials are needed and how to provide them — by name only
-    manifest.json       format orch.handover/1: dossier identity, image id and tag, files and sizes
+    manifest.json       format orch.handover/1: dossier identity, image id and tag, files and sizes, and
+                        with `--push` the repository digest (`registry/repository@sha256:…`)
     SHA256SUMS          `sha256sum -c` compatible
 
 The folder is assembled under a hidden sibling name and renamed into place at the very end, so a
@@ -34,13 +36,15 @@ from orchestrator import __version__
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
-from orchestrator.engine import Engine
-from orchestrator.errors import BadInput, DiskFull
+from orchestrator.engine import Engine, RegistryAuth
+from orchestrator.errors import BadInput, DiskFull, RegistryError
+from orchestrator.model.image_ref import ImageReference
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
 from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
+from orchestrator.stages.publish import publish_image
 from orchestrator.timestamps import rfc3339_now
 
 IMAGE_FILE = "image.tar.gz"
@@ -149,7 +153,15 @@ class OutputCheck:
     reference: str | None
 
 
-def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: str) -> str:
+def _procedure_md(
+    loaded: LoadedDossier,
+    dossier_file: str,
+    image_id: str,
+    tag: str,
+    *,
+    image_file: bool = True,
+    pinned: str | None = None,
+) -> str:
     model = loaded.model
     outputs = [
         OutputCheck(
@@ -174,7 +186,8 @@ def _procedure_md(loaded: LoadedDossier, dossier_file: str, image_id: str, tag: 
         dossier=shlex.quote(f"dossier/{dossier_file}"),
         tag=tag,
         image_id=image_id,
-        image_file=IMAGE_FILE,
+        image_file=IMAGE_FILE if image_file else None,
+        pinned=pinned,
         sample_run=_sample_run_by_hand(loaded, image_id),
         outputs=outputs,
     )
@@ -201,8 +214,19 @@ def write_handover(
     out: Path,
     *,
     on_stage: Callable[[str], None] | None = None,
+    push_to: ImageReference | None = None,
+    auth: RegistryAuth | None = None,
+    image_file: bool = True,
 ) -> Manifest:
+    """Write the hand-over folder `out` from an `orch rebuild` folder.
+
+    With `push_to` (`registry/repository:tag`) the image is pushed first and the manifest records its
+    repository digest; a push that fails stops the hand-over (RegistryError, nothing written). Without
+    `image_file` the tarball is left out and the digest is the image's only source.
+    """
     stage = on_stage or (lambda _: None)
+    if not image_file and push_to is None:
+        raise BadInput("a hand-over without image.tar.gz needs --push: the registry is then the image's only source")
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out} exists and is not empty; a hand-over goes into a new folder")
@@ -218,12 +242,25 @@ def write_handover(
     if report.image.id != record.image.id:
         raise BadInput(f"build.json and report.json in {rebuild_dir} name different images")
 
+    pinned: str | None = None
+    if push_to is not None:
+        stage("push")
+        pushed = publish_image(engine, record.image.id, push_to, auth)
+        if pushed.pinned is None:
+            raise RegistryError(
+                f"the hand-over's push failed: {pushed.reason}",
+                hint="Start the registry or fix its credentials (the variables --registry-user-env/"
+                "--registry-password-env name), then hand over again; nothing was written.",
+            )
+        pinned = pushed.pinned
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.orch-partial-", dir=out.parent))
     try:
         staging.chmod(0o755)
-        stage("image")
-        _write_image(engine, record.image.tag, staging / IMAGE_FILE)
+        if image_file:
+            stage("image")
+            _write_image(engine, record.image.tag, staging / IMAGE_FILE)
         stage("dossier")
         dossier_file = _copy_dossier(loaded, staging / "dossier")
         build = staging / "build"
@@ -241,7 +278,10 @@ def write_handover(
         for name in ("report.json", "report.md", "report.html", "junit.xml"):
             shutil.copy2(rebuild_dir / name, reports / name)
         (staging / "PROCEDURE.md").write_text(
-            _procedure_md(loaded, dossier_file, record.image.id, record.image.tag), encoding="utf-8"
+            _procedure_md(
+                loaded, dossier_file, record.image.id, record.image.tag, image_file=image_file, pinned=pinned
+            ),
+            encoding="utf-8",
         )
         (staging / "ACCESS.md").write_text(_access_md(loaded), encoding="utf-8")
         stage("checksums")
@@ -258,8 +298,13 @@ def write_handover(
             image_tag=record.image.tag,
             report_verdict=report.verdict,
             files=[ManifestFile(path=p, sha256=h, size=s) for p, h, s in entries],
+            repository_digest=pinned,
         )
-        (staging / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        # Without a push the manifest stays exactly the older format's, so an older orch still reads it.
+        left_out = {"repository_digest"} if pinned is None else None
+        (staging / MANIFEST_FILE).write_text(
+            manifest.model_dump_json(indent=2, exclude=left_out) + "\n", encoding="utf-8"
+        )
         sums = [(p, h) for p, h, _ in entries] + [(MANIFEST_FILE, file_sha256(staging / MANIFEST_FILE))]
         # SHA256SUMS last: its presence is what marks the folder complete.
         (staging / SUMS_FILE).write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums)), encoding="utf-8")

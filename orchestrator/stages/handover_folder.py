@@ -12,6 +12,9 @@ regular file that lies inside the folder, reached through no symlink:
   before any file is hashed — so a line naming a host path is refused unread, never hashed, and
   cannot confirm or deny what that host file holds;
 - only then are the files hashed, each opened with O_NOFOLLOW.
+
+image.tar.gz may be missing only when the manifest records the image's repository digest
+(`registry/repository@sha256:…`, a digest-pinned reference by the registry grammar): `orch verify` pulls it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BadInput, HandoverDamaged
+from orchestrator.model.image_ref import ImageReferenceError, parse_pinned
 from orchestrator.model.manifest import Manifest
 from orchestrator.stages.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, read_manifest
 
@@ -148,8 +152,8 @@ def check_folder(folder: Path) -> Manifest:
     extra = sorted(set(present) - set(listed) - {SUMS_FILE})
     if extra:
         raise HandoverDamaged(f"{extra[0]} is in the folder but not in {SUMS_FILE}: it was added after the hand-over")
-    if MANIFEST_FILE not in listed or IMAGE_FILE not in listed:
-        raise HandoverDamaged(f"{SUMS_FILE} does not cover {MANIFEST_FILE} and {IMAGE_FILE}")
+    if MANIFEST_FILE not in listed:
+        raise HandoverDamaged(f"{SUMS_FILE} does not cover {MANIFEST_FILE}")
     for name in sorted(listed):
         if sha256_inside(folder, name) != listed[name]:
             raise HandoverDamaged(f"{name} does not match its checksum: the file was changed after the hand-over")
@@ -162,6 +166,10 @@ def check_folder(folder: Path) -> Manifest:
             f"{MANIFEST_FILE}: {exc.message.removeprefix(str(folder / MANIFEST_FILE) + ': ')}"
         ) from None
     _check_manifest(manifest, listed, present)
+    if IMAGE_FILE not in listed and manifest.repository_digest is None:
+        raise HandoverDamaged(
+            f"{SUMS_FILE} does not cover {IMAGE_FILE}, and {MANIFEST_FILE} names no repository digest to pull instead"
+        )
     return manifest
 
 
@@ -188,3 +196,8 @@ def _check_manifest(manifest: Manifest, listed: dict[str, str], present: dict[st
         raise HandoverDamaged(f"{MANIFEST_FILE} image_id {manifest.image_id[:80]!r} is not 'sha256:<64 hex digits>'")
     if not _HEX64.fullmatch(manifest.identity):
         raise HandoverDamaged(f"{MANIFEST_FILE} identity is not 64 hex digits")
+    if manifest.repository_digest is not None:
+        try:
+            parse_pinned(manifest.repository_digest)
+        except ImageReferenceError as exc:
+            raise HandoverDamaged(f"{MANIFEST_FILE} repository_digest {exc}") from None

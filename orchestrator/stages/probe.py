@@ -152,7 +152,9 @@ def run_probe(
             device_result, sample_result = not_run("device", reason), not_run("sample", reason)
     if device_result is None:
         stage("device")
-        device_result = device_stage(engine, loaded, run_plan, verdict)
+        extensions = inventory.extensions if inventory is not None else None
+        compiled = {artefact.name: artefact.compiled_archs for artefact in (extensions.artefacts if extensions else [])}
+        device_result = device_stage(engine, loaded, run_plan, verdict, compiled)
     if sample_result is None and device_result.status == "failed":
         assert device_result.first_error is not None
         sample_result = not_run(

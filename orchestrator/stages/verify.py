@@ -13,6 +13,10 @@ checked without an engine is checked first, and nothing is loaded or run until a
 4. the image tarball's own manifest and config (`image_tar`): the config digest is the manifest's
    image id, the tar names only the manifest's tag, the image carries the dossier identity.
 
+A hand-over whose manifest records a repository digest (`orch handover --push`) may have no
+image.tar.gz; then (or with `--from-registry`) step 4 is replaced by pulling that digest — never a
+tag — and the pulled image's id must be the manifest's before it is tagged or run.
+
 Then the image is loaded with no tag (none of the verifying host's tags can move) and tagged by id
 as `orch-handover:<id>`, the probes run again from the shipped dossier — each stage stopping the ones
 after it when it fails — and the new report is compared with the shipped one, layer by layer.
@@ -34,7 +38,7 @@ from orchestrator.compare.read import Side
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, RegistryAuth
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.manifest import Manifest
@@ -61,7 +65,10 @@ class CheckedHandover:
     manifest: Manifest
     loaded: LoadedDossier
     shipped: Report
-    image: ImageTarFacts
+    #: The checked tarball; None when the image comes from the registry.
+    image: ImageTarFacts | None
+    #: `registry/repository@sha256:…` to pull the image from, instead of loading image.tar.gz.
+    pull_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ class LoadedImage:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    manifest: Manifest
+    #: The hand-over's manifest; None for `orch verify REFERENCE --report REPORT.json`.
+    manifest: Manifest | None
     report: Report
     layers: list[LayerVerdict]
     #: (check, shipped observed, replayed observed) for sample and device checks whose numbers differ.
@@ -166,10 +174,14 @@ def _check_shipped_sbom(folder: Path, manifest: Manifest) -> None:
         raise HandoverDamaged(f"{SHIPPED_SBOM} describes another image than the manifest's {manifest.image_id[:19]}")
 
 
-def check_handover(folder: Path) -> CheckedHandover:
+def check_handover(folder: Path, *, from_registry: bool = False) -> CheckedHandover:
     """Everything about a hand-over that needs no engine, in the order that opens nothing unchecked."""
     folder = folder.resolve()
     manifest = check_folder(folder)
+    if from_registry and manifest.repository_digest is None:
+        raise BadInput(
+            f"--from-registry: {folder}/manifest.json records no repository digest (the hand-over was not pushed)"
+        )
     _check_dossier_paths(folder, manifest)
     try:
         loaded = load_dossier(folder / "dossier" / manifest.dossier_file, variant=manifest.variant)
@@ -181,19 +193,76 @@ def check_handover(folder: Path) -> CheckedHandover:
         )
     shipped = _check_shipped_report(folder, manifest)
     _check_shipped_sbom(folder, manifest)
+    if from_registry or not (folder / IMAGE_FILE).is_file():
+        # check_folder let the tarball be missing only when the manifest records the digest.
+        return CheckedHandover(
+            folder=folder,
+            manifest=manifest,
+            loaded=loaded,
+            shipped=shipped,
+            image=None,
+            pull_from=manifest.repository_digest,
+        )
     image = inspect_image_tar(
         folder / IMAGE_FILE, image_id=manifest.image_id, tag=manifest.image_tag, identity=manifest.identity
     )
     return CheckedHandover(folder=folder, manifest=manifest, loaded=loaded, shipped=shipped, image=image)
 
 
-def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
-    """Load the checked tarball with no tag, then tag it by id; no tag that exists here is ever moved.
+def pull_pinned(engine: Engine, pinned: str, image_id: str, auth: RegistryAuth | None, what: str) -> None:
+    """Pull `name@sha256:…` and make sure it is image `image_id`; a pulled image that is not is removed again.
 
-    It is tagged `orch-handover:<id>`, and also with the dossier's own tag (`orch/<name>:<identity>`,
-    what `orch probe DOSSIER` looks for) when the manifest names that tag and it is free here.
+    The registry checks the layers against the manifest and the engine the config against the image
+    id, so equal ids mean the very image the hand-over (or report) names, whatever the registry holds.
     """
-    image_id = checked.manifest.image_id
+    was_here = engine.image(pinned) is not None
+    pulled = engine.pull_by_digest(pinned, auth)
+    if pulled.id != image_id:
+        if not was_here:
+            engine.remove_image(pinned)
+        raise HandoverDamaged(
+            f"{pinned} is image {pulled.id[:19]}, but {what} names {image_id[:19]}; nothing was run from it"
+        )
+
+
+def load_checked_image(engine: Engine, checked: CheckedHandover, auth: RegistryAuth | None = None) -> LoadedImage:
+    """Load the checked tarball with no tag (or pull the manifest's digest), then tag it by id.
+
+    No tag that exists here is ever moved. It is tagged `orch-handover:<id>`, and also with the
+    dossier's own tag (`orch/<name>:<identity>`, what `orch probe DOSSIER` looks for) when the manifest
+    names that tag and it is free here.
+    """
+    manifest = checked.manifest
+    pull_from = checked.pull_from
+
+    def fetch() -> None:
+        if pull_from is not None:
+            pull_pinned(engine, pull_from, manifest.image_id, auth, "manifest.json")
+        elif engine.image(manifest.image_id) is None:
+            engine.load(untagged_stream(checked.folder / IMAGE_FILE))
+
+    return adopt_image(
+        engine,
+        image_id=manifest.image_id,
+        identity=manifest.identity,
+        loaded=checked.loaded,
+        image_tag=manifest.image_tag,
+        fetch=fetch,
+        source=pull_from or IMAGE_FILE,
+    )
+
+
+def adopt_image(
+    engine: Engine,
+    *,
+    image_id: str,
+    identity: str,
+    loaded: LoadedDossier,
+    image_tag: str,
+    fetch: Callable[[], None],
+    source: str,
+) -> LoadedImage:
+    """Bring a checked image in with `fetch` (load untagged, or pull by digest), check it, tag it by id."""
     tag = image_id.removeprefix("sha256:")
     reference = f"{HANDOVER_REPOSITORY}:{tag}"
     holder = engine.image(reference)
@@ -202,17 +271,16 @@ def load_checked_image(engine: Engine, checked: CheckedHandover) -> LoadedImage:
             f"{reference} on this engine is image {holder.id[:19]}, not {image_id[:19]}",
             hint=f"Someone tagged another image with orch's hand-over name; remove that tag (docker rmi {reference}).",
         )
-    if engine.image(image_id) is None:
-        engine.load(untagged_stream(checked.folder / IMAGE_FILE))
+    fetch()
     image = engine.image(image_id)
     if image is None:
-        raise HandoverDamaged(f"{IMAGE_FILE} did not load as image {image_id}")
-    if image.labels.get(IDENTITY_LABEL) != checked.manifest.identity:
+        raise HandoverDamaged(f"{source} did not load as image {image_id}")
+    if image.labels.get(IDENTITY_LABEL) != identity:
         raise HandoverDamaged(f"image {image_id[:19]} carries another dossier identity than the manifest")
     if holder is None:
         engine.tag(image_id, HANDOVER_REPOSITORY, tag)
-    own = default_tag(checked.loaded, engine.tag_namespace)
-    if checked.manifest.image_tag != own:
+    own = default_tag(loaded, engine.tag_namespace)
+    if image_tag != own:
         return LoadedImage(reference, None)
     present = engine.image(own)
     if present is None:
@@ -267,13 +335,15 @@ def verify_handover(
     checked: CheckedHandover | None = None,
     gpus: str | None = None,
     environ: Mapping[str, str] | None = None,
+    from_registry: bool = False,
+    auth: RegistryAuth | None = None,
 ) -> VerifyResult:
     stage = on_stage or (lambda _: None)
     stage("checks")
-    checked = checked or check_handover(folder)
+    checked = checked or check_handover(folder, from_registry=from_registry)
     manifest = checked.manifest
-    stage("load image")
-    image = load_checked_image(engine, checked)
+    stage("pull image" if checked.pull_from else "load image")
+    image = load_checked_image(engine, checked, auth)
     stage("probe")
     report = run_probe(
         checked.loaded,

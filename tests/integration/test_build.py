@@ -46,7 +46,10 @@ def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: t
     assert record.status == "passed", record.failure
     assert record.context.network == "none", "the wheelhouse build ran with no network at all"
     assert record.cache.cached == 0 and record.cache.steps > 0, "--no-cache: every layer was built"
-    assert len(record.context.wheels) == 11
+    # The session's warm-up image has this tag, identity and context: --no-cache built all the same.
+    assert not record.reused
+    assert record.context.installer == "uv"
+    assert len(record.context.wheels) == 12, "the 11 locked wheels and uv's own"
     assert record.image is not None
     labels = record.image.labels
     loaded = load_dossier(TINY / "dossier.yaml")
@@ -67,13 +70,21 @@ def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: t
     assert "torch==2.13.0+cpu" in (out / "pip-freeze.txt").read_text().splitlines()
 
 
-def test_warm_rebuild_reuses_every_layer(engine: Engine, cold_wheelhouse_build: tuple[BuildRecord, Path]) -> None:
+def test_warm_rebuild_reuses_the_image_and_says_so(
+    engine: Engine, cold_wheelhouse_build: tuple[BuildRecord, Path]
+) -> None:
     first, out = cold_wheelhouse_build
-    again = run_build(load_dossier(TINY / "dossier.yaml"), engine, BuildOptions(out=out))
-    assert again.status == "passed"
-    assert again.cache.rebuilt == [] and again.cache.cached == again.cache.steps
-    assert again.image is not None and first.image is not None and again.image.id == first.image.id
+    assert first.image is not None
+    result = orch("build", str(TINY / "dossier.yaml"), "--out", str(out), "--tag", first.image.tag)
+    assert result.returncode == 0, result.stderr
+    said = " ".join((result.stdout + result.stderr).split())  # the console wraps long lines
+    assert "reused the image already built from the same dossier identity and context digest" in said
+    again = read_record(out / "build.json")
+    assert again.status == "passed" and again.reused
+    assert again.image is not None and again.image.id == first.image.id
     assert again.context.digest == first.context.digest
+    assert again.inventory == first.inventory and again.inventory_source is not None
+    assert "no engine build" in (out / "build.log").read_text()
 
 
 def test_code_change_rebuilds_only_the_code_layers(

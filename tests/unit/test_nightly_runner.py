@@ -195,20 +195,26 @@ def failing_factory(spec: object) -> FakeTarget:
 def test_publishing_failure_is_recorded_and_the_night_still_reports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-    import types
-
-    from orchestrator.errors import EnvironmentFailure
+    from orchestrator.nightly import publish
+    from orchestrator.nightly.publish import PublishedCell, PublishRecord
 
     pushed: list[list[str]] = []
 
-    def publish_passed(spec: object, night_dir: Path, passed: list[object]) -> str:
-        pushed.append([getattr(outcome, "cell_id") for outcome in passed])  # noqa: B009
-        raise EnvironmentFailure("registry 127.0.0.1:5000 refused the connection")
+    def publish_passed(spec: object, night_dir: Path, passed: list[object], **_: object) -> PublishRecord:
+        # The record nightly/publish.py returns when the registry refused every push (it never raises).
+        cells = [getattr(outcome, "cell_id") for outcome in passed]  # noqa: B009
+        pushed.append(cells)
+        reason = "registry 127.0.0.1:5000 refused the connection"
+        images = tuple(PublishedCell(cell_id=cell, status="failed", reason=reason) for cell in cells)
+        return PublishRecord(
+            created="2026-12-02T00:00:00Z",
+            registry="127.0.0.1:5000",
+            repository="team/nightly",
+            status="failed",
+            images=images,
+        )
 
-    module = types.ModuleType("orchestrator.nightly.publish")
-    module.publish_passed = publish_passed  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "orchestrator.nightly.publish", module)
+    monkeypatch.setattr(publish, "publish_passed", publish_passed)
     extra = "publish: {registry: 127.0.0.1:5000, repository: team/nightly, password_env: REG_TOKEN}\n"
     plan = load_plan(two_target_plan(tmp_path, extra=extra))
     failing = FakeTarget("gpu-b", default=Script(status="failed", first_error="x"))
@@ -217,7 +223,7 @@ def test_publishing_failure_is_recorded_and_the_night_still_reports(
     assert result.state.status == "complete"
     assert result.state.publish is not None and result.state.publish.status == "failed"
     summary = json.loads((result.night_dir / "summary.json").read_text())
-    assert summary["publish"]["detail"] == "registry 127.0.0.1:5000 refused the connection"
+    assert "refused the connection" in summary["publish"]["detail"]
     assert "refused the connection" in (result.night_dir / "summary.md").read_text()
 
 

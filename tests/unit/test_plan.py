@@ -85,7 +85,7 @@ def test_wheelhouse_layers_stay_in_the_builder() -> None:
     dockerfile = render_dockerfile(make_plan(load_dossier(TINY / "dossier.yaml")))
     builder, final = dockerfile.split("# ---- final image")
     assert "COPY wheels /tmp/orch/wheels" in builder
-    assert "--no-index --find-links /tmp/orch/wheels --require-hashes" in builder
+    assert "--find-links /tmp/orch/wheels --require-hashes" in builder
     assert "wheels" not in final and "requirements.lock" not in final
     assert "COPY --from=builder /opt/venv /opt/venv" in final
 

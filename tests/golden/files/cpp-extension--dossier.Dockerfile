@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'cpp-extension'.
-# Dossier identity: 80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5
+# Dossier identity: 8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -12,8 +12,12 @@ RUN python3.11 -m venv /opt/venv
 COPY requirements.lock /tmp/orch/requirements.lock
 # Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
 COPY wheels /tmp/orch/wheels
-RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/wheels --require-hashes \
-      -r /tmp/orch/requirements.lock
+# uv, unpacked from its own hash-pinned wheel (collected with the others) and never installed: it installs
+# the lock in parallel and compiles the bytecode (start-up needs it: the venv is read-only at run time).
+RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl /tmp/orch/uv \
+ && chmod 0755 /tmp/orch/uv/uv-0.13.9.data/scripts/uv \
+ && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index \
+      --find-links /tmp/orch/wheels --require-hashes --compile-bytecode -r /tmp/orch/requirements.lock
 
 # ---- the toolchain: compilers for the compiled extensions, in this stage only ----
 # After the venv, so that a toolchain change rebuilds from here on and keeps the layers above.
@@ -50,9 +54,10 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="80c30c2ac405ab204f01b541445ad5cbc52a8a2cfca703d4b44e8e0bd5b6c2e5" \
+      io.orch.dossier.identity="8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a" \
       io.orch.dossier.name="cpp-extension" \
       io.orch.install.mode="wheelhouse" \
+      io.orch.installer="uv" \
       io.orch.platform="cpu" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.13.0+cpu" \

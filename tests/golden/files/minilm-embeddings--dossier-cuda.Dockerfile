@@ -50,6 +50,7 @@ LABEL io.orch.backend.version="12.4" \
       io.orch.dossier.identity="be8ef5ae377a6e04cf35908d1a3d99ed4b5b6442f49491772dc99c4fd03636ca" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="online" \
+      io.orch.installer="pip" \
       io.orch.platform="cuda" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.6.0+cu124" \

@@ -48,6 +48,7 @@ LABEL io.orch.backend.version="6.2.4" \
       io.orch.dossier.identity="9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="online" \
+      io.orch.installer="pip" \
       io.orch.platform="rocm" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.6.0+rocm6.2.4" \

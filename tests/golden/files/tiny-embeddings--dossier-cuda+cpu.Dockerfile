@@ -12,8 +12,12 @@ RUN python3.11 -m venv /opt/venv
 COPY requirements.lock /tmp/orch/requirements.lock
 # Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
 COPY wheels /tmp/orch/wheels
-RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/wheels --require-hashes \
-      -r /tmp/orch/requirements.lock
+# uv, unpacked from its own hash-pinned wheel (collected with the others) and never installed: it installs
+# the lock in parallel and compiles the bytecode (start-up needs it: the venv is read-only at run time).
+RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl /tmp/orch/uv \
+ && chmod 0755 /tmp/orch/uv/uv-0.13.9.data/scripts/uv \
+ && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index \
+      --find-links /tmp/orch/wheels --require-hashes --compile-bytecode -r /tmp/orch/requirements.lock
 
 # ---- final image: runtime OS packages, the venv, the code ----
 FROM orch/debian-python:bookworm
@@ -37,6 +41,7 @@ LABEL io.orch.backend.version="none" \
       io.orch.dossier.identity="fae7e83812114c668f1b44808289b48a08d58885edbcbf3a3fb968cabf580707" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
+      io.orch.installer="uv" \
       io.orch.platform="cpu" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.13.0+cpu" \

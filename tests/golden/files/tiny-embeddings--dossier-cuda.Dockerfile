@@ -50,6 +50,7 @@ LABEL io.orch.backend.version="12.4" \
       io.orch.dossier.identity="ed18d1dbdf02330b0823555dc7614ca0faa2e6b876ac0faa248698dac5d8874c" \
       io.orch.dossier.name="tiny-embeddings-cuda" \
       io.orch.install.mode="online" \
+      io.orch.installer="pip" \
       io.orch.platform="cuda" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.6.0+cu124" \

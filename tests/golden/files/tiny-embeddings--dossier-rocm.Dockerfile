@@ -48,6 +48,7 @@ LABEL io.orch.backend.version="6.2" \
       io.orch.dossier.identity="70e4947b091bb3ca766700026591853ecfd6dd88cb9fa89404893c133675a123" \
       io.orch.dossier.name="tiny-embeddings-rocm" \
       io.orch.install.mode="online" \
+      io.orch.installer="pip" \
       io.orch.platform="rocm" \
       io.orch.python.version="3.11" \
       io.orch.torch.version="2.5.1+rocm6.2" \

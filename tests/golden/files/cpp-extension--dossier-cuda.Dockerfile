@@ -1,0 +1,77 @@
+# Rendered by orch 0.1.0 from dossier 'cpp-extension-cuda'.
+# Dossier identity: a20880d540af42fbd4bb7e8e334953636f625da38074368c391dca7619c377a2
+# Do not edit: change the dossier and run `orch render` again.
+# The base image is not pinned by a registry digest.
+
+# ---- builder: the virtual environment, built with tools that never reach the final image ----
+FROM orch/debian-python:bookworm AS builder
+# Opening labels mark every layer of this temporary stage, failed builds' included, so it can be found.
+LABEL io.orch.stage="builder"
+
+RUN python3.11 -m venv /opt/venv
+COPY requirements.lock /tmp/orch/requirements.lock
+# Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
+COPY wheels /tmp/orch/wheels
+# uv, unpacked from its own hash-pinned wheel (collected with the others) and never installed: it installs
+# the lock in parallel and compiles the bytecode (start-up needs it: the venv is read-only at run time).
+RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl /tmp/orch/uv \
+ && chmod 0755 /tmp/orch/uv/uv-0.13.9.data/scripts/uv \
+ && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index \
+      --find-links /tmp/orch/wheels --require-hashes --compile-bytecode -r /tmp/orch/requirements.lock
+
+# ---- the toolchain: compilers for the compiled extensions, in this stage only ----
+# After the venv, so that a toolchain change rebuilds from here on and keeps the layers above.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++-12 gcc-12 python3.11-dev \
+ && rm -rf /var/lib/apt/lists/*
+# nvcc and the CUDA headers from NVIDIA's wheels (build.toolchain.requirements, hashes checked), into this
+# stage only: /opt/orch/cuda-wheels is never copied to the final image.
+COPY toolchain.lock /tmp/orch/toolchain.lock
+COPY toolchain-wheels /tmp/orch/toolchain-wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/orch/toolchain-wheels --require-hashes \
+      --target /opt/orch/cuda-wheels -r /tmp/orch/toolchain.lock
+COPY orch/extensions.json orch/build_extensions.py /tmp/orch/
+COPY app/csrc/gate_cuda.cpp /tmp/orch/ext-src/csrc/gate_cuda.cpp
+COPY app/csrc/gate_kernel.cu /tmp/orch/ext-src/csrc/gate_kernel.cu
+# The extensions, built with torch.utils.cpp_extension; only /opt/orch/ext reaches the final image.
+RUN PYTHONDONTWRITEBYTECODE=1 CC="gcc-12" CUDA_HOME="/opt/orch/cuda" CXX="g++-12" MAX_JOBS="2" TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX" \
+      /opt/venv/bin/python /tmp/orch/build_extensions.py /tmp/orch/extensions.json /tmp/orch/ext-src /opt/orch/ext
+
+# ---- final image: runtime OS packages, the venv, the code ----
+FROM orch/debian-python:bookworm
+
+# The sample runs as an unprivileged user with a fixed uid, so mounted output folders are predictable.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/orch orch
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=0
+# The NVIDIA runtime (or CDI) mounts the driver for these capabilities; cuBLAS needs a fixed
+# workspace for deterministic results, set before CUDA initialises.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    CUBLAS_WORKSPACE_CONFIG=:4096:8
+
+COPY app /opt/app
+# The built extensions (gate_ext) and their record; no compiler comes with them.
+COPY --from=builder /opt/orch/ext /opt/orch/ext
+# A .pth line puts them on every interpreter's path (the sample's PYTHONPATH is orch's probe site).
+COPY orch/orch-extensions.pth /opt/venv/lib/python3.11/site-packages/orch-extensions.pth
+WORKDIR /opt/app
+USER 10001:10001
+
+LABEL io.orch.backend.version="13.0" \
+      io.orch.dossier.identity="a20880d540af42fbd4bb7e8e334953636f625da38074368c391dca7619c377a2" \
+      io.orch.dossier.name="cpp-extension-cuda" \
+      io.orch.install.mode="wheelhouse" \
+      io.orch.installer="uv" \
+      io.orch.platform="cuda" \
+      io.orch.python.version="3.11" \
+      io.orch.torch.version="2.14.1" \
+      io.orch.version="0.1.0" \
+      org.opencontainers.image.base.name="orch/debian-python:bookworm" \
+      org.opencontainers.image.description="A CUDA torch operator (gate = x * sigmoid(g)) built in the image with nvcc from wheels (CUDA 13.0)." \
+      org.opencontainers.image.title="cpp-extension-cuda"
