@@ -19,6 +19,7 @@ from typing import IO, Any, Self
 
 import docker
 import docker.errors
+import docker.tls
 import docker.types
 import requests.exceptions
 
@@ -126,8 +127,29 @@ class DockerEngine:
         return self._tag_namespace
 
     @classmethod
-    def connect(cls, base_url: str | None = None) -> DockerEngine:
+    def connect(
+        cls,
+        base_url: str | None = None,
+        tls_files: tuple[str, str, str] | None = None,
+        context: str | None = None,
+    ) -> DockerEngine:
+        """`tls_files`: (CA, client certificate, client key) for a `tcp://` endpoint with TLS, as a nightly
+        plan's Docker target names them (otherwise DOCKER_TLS_VERIFY/DOCKER_CERT_PATH, as the CLI reads);
+        `context`: a Docker context by name (its endpoint and TLS), instead of `base_url`."""
         tls: Any = None
+        if context is not None:
+            from docker.context import ContextAPI
+
+            try:
+                found = ContextAPI.get_context(context)
+            except docker.errors.DockerException as exc:
+                raise EngineUnavailable(f"Docker context {context!r}: {redact(str(exc))}") from None
+            if found is None:
+                raise EngineUnavailable(f"no Docker context named {context!r} (`docker context ls` lists them)")
+            base_url, tls = found.Host, found.TLSConfig
+        elif base_url is not None and tls_files is not None:
+            ca_cert, client_cert, client_key = tls_files
+            tls = docker.tls.TLSConfig(client_cert=(client_cert, client_key), ca_cert=ca_cert, verify=ca_cert)
         labels = extra_labels_from_environment(os.environ)  # bad input fails before any connection
         tag_namespace = tag_namespace_from_environment(os.environ)
         if base_url is None and not os.environ.get("DOCKER_HOST"):
