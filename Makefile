@@ -70,8 +70,12 @@ demo: venv engine base
 	scripts/demo.sh $(OUT)
 
 ## nightly-demo: two nights of a plan on the examples, a package bumped in one lock in between (docs/nightly.md)
-nightly-demo: venv engine base
-	scripts/nightly-demo.sh $(OUT)/nightly-demo
+## Its targets: this engine, the second dockerd over TLS and the Slurm partition (`make nightly-services`).
+nightly-demo: venv engine base nightly-services
+	eval "$$(scripts/second-dockerd.sh env)"; eval "$$(scripts/slurm.sh env)"; \
+	NIGHTLY_DEMO_DOCKER_B=$$DOCKER_HOST NIGHTLY_DEMO_TLS=$$DOCKER_CERT_PATH \
+	NIGHTLY_DEMO_SLURM_PARTITION=orch NIGHTLY_DEMO_SLURM_SHARED=$(abspath $(OUT))/nightly-demo-slurm \
+	env -u DOCKER_HOST -u DOCKER_TLS_VERIFY -u DOCKER_CERT_PATH scripts/nightly-demo.sh $(OUT)/nightly-demo
 
 bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py
