@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine registry registry-tools test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
+.PHONY: venv engine nightly-services nightly-services-stop registry registry-tools test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,17 @@ venv: $(STAMP)
 ## engine: make sure a Docker engine answers (installs docker.io and starts dockerd as root when none does)
 engine:
 	scripts/ensure-engine.sh
+
+## nightly-services: what the nightly targets' tests run on: a second dockerd (TLS on a loopback port, its
+## own data root; scripts/second-dockerd.sh) and a single-node Slurm cluster (scripts/slurm.sh). As root.
+nightly-services: engine
+	scripts/second-dockerd.sh start
+	scripts/slurm.sh start
+
+## nightly-services-stop: stops both (idempotent); the second daemon's images stay for a warm cache
+nightly-services-stop:
+	scripts/slurm.sh stop
+	scripts/second-dockerd.sh stop
 
 ## base: the local Debian base image the examples build on (debootstrap + docker import; reused when present)
 base: venv engine
@@ -38,7 +49,7 @@ test-tools:
 	scripts/ensure-test-tools.sh
 
 ## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine
-test: venv engine registry-tools test-tools lint
+test: venv engine nightly-services registry-tools test-tools lint
 	$(BIN)/pytest
 
 test-unit: venv
@@ -59,8 +70,12 @@ demo: venv engine base
 	scripts/demo.sh $(OUT)
 
 ## nightly-demo: two nights of a plan on the examples, a package bumped in one lock in between (docs/nightly.md)
-nightly-demo: venv engine base
-	scripts/nightly-demo.sh $(OUT)/nightly-demo
+## Its targets: this engine, the second dockerd over TLS and the Slurm partition (`make nightly-services`).
+nightly-demo: venv engine base nightly-services
+	eval "$$(scripts/second-dockerd.sh env)"; eval "$$(scripts/slurm.sh env)"; \
+	NIGHTLY_DEMO_DOCKER_B=$$DOCKER_HOST NIGHTLY_DEMO_TLS=$$DOCKER_CERT_PATH \
+	NIGHTLY_DEMO_SLURM_PARTITION=orch NIGHTLY_DEMO_SLURM_SHARED=$(abspath $(OUT))/nightly-demo-slurm \
+	env -u DOCKER_HOST -u DOCKER_TLS_VERIFY -u DOCKER_CERT_PATH scripts/nightly-demo.sh $(OUT)/nightly-demo
 
 bench: venv engine base
 	$(BIN)/python benchmarks/cli_startup.py

@@ -4,14 +4,13 @@
 # wheel pip downloads). The second night's summary must name exactly that change and its effect; both
 # nights' pages are kept under OUT/history/nights/. Run through `make nightly-demo`.
 #
-# Targets: the local default engine (`local`) always. More, when their variables are set (the lead's
-# set-up scripts start them): NIGHTLY_DEMO_DOCKER_B=tcp://127.0.0.1:PORT with NIGHTLY_DEMO_TLS=DIR (ca.pem,
+# Targets: the local default engine (`local`) always. More, when their variables are set (`make
+# nightly-demo` starts the services and sets them): NIGHTLY_DEMO_DOCKER_B=tcp://127.0.0.1:PORT with NIGHTLY_DEMO_TLS=DIR (ca.pem,
 # cert.pem, key.pem) for the second dockerd; NIGHTLY_DEMO_SLURM_PARTITION=NAME with
 # NIGHTLY_DEMO_SLURM_SHARED=DIR for the Slurm cluster. NIGHTLY_DEMO_CACHE=cold rebuilds from scratch
 # (the nightly default; the demo uses the warm cache to stay short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
 out=$(realpath -m "${1:-out/nightly-demo}")
 orch=.venv/bin/orch
 python=.venv/bin/python
@@ -56,12 +55,6 @@ retention_nights: 10
 EOF
 } >"$out/plan.yaml"
 
-if ! $python -c 'import orchestrator.nightly.targets' 2>/dev/null; then
-  # Before the real targets are installed: every target is this machine's default engine.
-  echo "(no orchestrator.nightly.targets in this orch: using the local stand-in target from tests/)"
-  export ORCH_NIGHTLY_TARGET_FACTORY=tests.nightly_local_target:local_target
-  export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-fi
 
 printf '\n== the plan\n'
 $orch nightly run "$out/plan.yaml" --dry-run

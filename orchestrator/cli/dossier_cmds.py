@@ -20,7 +20,7 @@ gpus_option = click.option(
     metavar="GPUS",
     default=None,
     help="GPUs to map: all, a count N, device=0,2, a GPU- or MIG- UUID (default: the scheduler's allocation in "
-    "CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS / ROCR_VISIBLE_DEVICES, else all).",
+    "SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, else all).",
 )
 dry_run_option = click.option(
     "--dry-run",

@@ -179,6 +179,9 @@ class Engine(Protocol):
 
     def containers(self, label: str) -> list[str]: ...
 
+    #: Force-remove every container with this label (`key=value`), running or not; their ids.
+    def remove_containers(self, label: str) -> list[str]: ...
+
     def close(self) -> None: ...
 
     #: An engine is a context manager: `with connect() as engine:` releases its client on the way out,
@@ -188,11 +191,15 @@ class Engine(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
-def connect(base_url: str | None = None) -> Engine:
+def connect(
+    base_url: str | None = None, tls_files: tuple[str, str, str] | None = None, context: str | None = None
+) -> Engine:
     """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable.
 
+    `tls_files`: (CA, client certificate, client key) for a `tcp://` `base_url` with TLS; `context`: a
+    Docker context by name instead of `base_url`.
     Use it as a context manager (`with connect() as engine:`), or call `close()`.
     """
     from orchestrator.engine.docker_engine import DockerEngine
 
-    return DockerEngine.connect(base_url)
+    return DockerEngine.connect(base_url, tls_files, context)

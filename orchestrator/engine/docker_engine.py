@@ -19,6 +19,7 @@ from typing import IO, Any, Self
 
 import docker
 import docker.errors
+import docker.tls
 import docker.types
 import requests.exceptions
 
@@ -67,6 +68,26 @@ def _env_map(env: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+class _ApiClient(docker.APIClient):
+    """The SDK's API client, keeping a TLS endpoint's own CA (`DOCKER_CERT_PATH/ca.pem`).
+
+    requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment replace a session's own CA at
+    each request (psf/requests#3829): with either set (common on machines behind a TLS proxy), a
+    `tcp://` daemon with --tlsverify fails as "certificate verify failed" although the docker CLI reaches it.
+    """
+
+    def merge_environment_settings(self, *args: Any, **kwargs: Any) -> Any:
+        settings = super().merge_environment_settings(*args, **kwargs)
+        if isinstance(self.verify, str):
+            settings["verify"] = self.verify
+        return settings
+
+
+class _DockerClient(docker.DockerClient):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # as the SDK's, with the client above
+        self.api = _ApiClient(*args, **kwargs)
+
+
 def current_context_endpoint() -> tuple[str | None, Any]:
     """The Docker CLI's current context (`docker context use NAME`), when it is not the default one.
 
@@ -106,8 +127,29 @@ class DockerEngine:
         return self._tag_namespace
 
     @classmethod
-    def connect(cls, base_url: str | None = None) -> DockerEngine:
+    def connect(
+        cls,
+        base_url: str | None = None,
+        tls_files: tuple[str, str, str] | None = None,
+        context: str | None = None,
+    ) -> DockerEngine:
+        """`tls_files`: (CA, client certificate, client key) for a `tcp://` endpoint with TLS, as a nightly
+        plan's Docker target names them (otherwise DOCKER_TLS_VERIFY/DOCKER_CERT_PATH, as the CLI reads);
+        `context`: a Docker context by name (its endpoint and TLS), instead of `base_url`."""
         tls: Any = None
+        if context is not None:
+            from docker.context import ContextAPI
+
+            try:
+                found = ContextAPI.get_context(context)
+            except docker.errors.DockerException as exc:
+                raise EngineUnavailable(f"Docker context {context!r}: {redact(str(exc))}") from None
+            if found is None:
+                raise EngineUnavailable(f"no Docker context named {context!r} (`docker context ls` lists them)")
+            base_url, tls = found.Host, found.TLSConfig
+        elif base_url is not None and tls_files is not None:
+            ca_cert, client_cert, client_key = tls_files
+            tls = docker.tls.TLSConfig(client_cert=(client_cert, client_key), ca_cert=ca_cert, verify=ca_cert)
         labels = extra_labels_from_environment(os.environ)  # bad input fails before any connection
         tag_namespace = tag_namespace_from_environment(os.environ)
         if base_url is None and not os.environ.get("DOCKER_HOST"):
@@ -119,7 +161,7 @@ class DockerEngine:
             raise EngineUnavailable(f"no Docker engine answers at {endpoint}: the socket does not exist", hint=hint)
         client: docker.DockerClient | None = None
         try:
-            client = docker.DockerClient(base_url=base_url, tls=tls) if base_url else docker.from_env()
+            client = _DockerClient(base_url=base_url, tls=tls) if base_url else _DockerClient.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if client is not None:
@@ -171,6 +213,21 @@ class DockerEngine:
 
     def containers(self, label: str) -> list[str]:
         return [str(c.id) for c in self._client.containers.list(all=True, filters={"label": label})]
+
+    def remove_containers(self, label: str) -> list[str]:
+        removed = []
+        for container in self._client.containers.list(all=True, filters={"label": label}):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass  # gone meanwhile: as good as removed
+            except docker.errors.APIError as exc:
+                # 409 "removal … is already in progress": the daemon removes it (a cancelled build's step
+                # container); it is still listed until then, so a caller that sweeps again sees it go.
+                if exc.status_code != 409:
+                    raise
+            removed.append(str(container.id))
+        return removed
 
     # -- images ------------------------------------------------------------------------------------
 

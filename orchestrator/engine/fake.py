@@ -374,6 +374,10 @@ class FakeEngine:
         self.calls.append(("containers", label))
         return []  # every fake container is removed as soon as it stops
 
+    def remove_containers(self, label: str) -> list[str]:
+        self.calls.append(("remove_containers", label))
+        return []
+
     def close(self) -> None:
         self.closed = True
 

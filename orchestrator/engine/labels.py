@@ -26,7 +26,8 @@ _KEY = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$")
 _VALUE = re.compile(r"^[A-Za-z0-9_.:/@+-]*$")
 #: Keys orch sets itself: an extra label must not change what orch's own labels mean.
 _RESERVED_PREFIX = "io.orch."
-_ALLOWED_RESERVED = ("io.orch.session", "io.orch.test-session", "io.orch.night")
+#: `io.orch.cell`: one nightly cell's objects, which its target removes after stopping it (nightly/targets).
+_ALLOWED_RESERVED = ("io.orch.session", "io.orch.test-session", "io.orch.night", "io.orch.cell")
 
 
 def parse_extra_labels(text: str | None) -> dict[str, str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, connect
 from orchestrator.errors import (
     EXIT_ENVIRONMENT,
     EXIT_INTERRUPTED,
@@ -41,6 +41,7 @@ from orchestrator.nightly.cell import CellOutcome, CellRequest, CellStatus, Targ
 from orchestrator.nightly.history import CellState, NightState, PublishState
 from orchestrator.nightly.plan import LoadedPlan, PlannedCell, expand_cells
 from orchestrator.nightly.summary import build_summary, write_summary
+from orchestrator.nightly.target_specs import DockerTargetSpec
 from orchestrator.text import one_line
 from orchestrator.timestamps import rfc3339
 
@@ -166,6 +167,36 @@ def _previous_cell(plan_history: Path, night_dir: Path, cell_id: str) -> tuple[s
     return None
 
 
+class _TargetEngines:
+    """The engine of the target that built each cell's image, for publishing: one connection per target.
+
+    A Docker target's image lives on that endpoint's daemon (its `docker_host` with its TLS files, or its
+    context); a Slurm cell's on the node's daemon, which for a single-node partition is this machine's
+    (DOCKER_HOST or the default socket). Cell ids end in `@<target>` (nightly/plan.py).
+    """
+
+    def __init__(self, plan: LoadedPlan) -> None:
+        self._specs = {spec.name: spec for spec in plan.model.targets}
+        self._open: dict[str, Engine] = {}
+
+    def __call__(self, cell_id: str) -> Engine:
+        name = cell_id.rsplit("@", 1)[-1]
+        if name not in self._open:
+            spec = self._specs.get(name)
+            if isinstance(spec, DockerTargetSpec) and (spec.docker_host or spec.context):
+                tls = spec.tls
+                files = (str(tls.ca_cert), str(tls.client_cert), str(tls.client_key)) if tls is not None else None
+                self._open[name] = connect(spec.docker_host, files, spec.context)
+            else:
+                self._open[name] = connect()
+        return self._open[name]
+
+    def close(self) -> None:
+        for engine in self._open.values():
+            engine.close()
+        self._open.clear()
+
+
 def _publish(
     plan: LoadedPlan,
     night_dir: Path,
@@ -183,10 +214,14 @@ def _publish(
     passed = [cell.outcome for cell in state.cells if cell.outcome is not None and cell.outcome.status == "passed"]
     if not passed or plan.model.publish is None:
         return PublishState(status="skipped", detail="no cell passed")
+    engines = _TargetEngines(plan) if engine_for is None else None
     try:
-        record = publish_passed(plan.model.publish, night_dir, passed, engine_for=engine_for)
+        record = publish_passed(plan.model.publish, night_dir, passed, engine_for=engine_for or engines)
     except OrchError as exc:
         return PublishState(status="failed", detail=one_line(exc.message, 300))
+    finally:
+        if engines is not None:
+            engines.close()
     return PublishState(status=record.status, detail=one_line(str(record), 300))
 
 

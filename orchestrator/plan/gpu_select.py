@@ -1,10 +1,13 @@
 """Which host GPUs a container gets: `--gpus all|N|device=0,2|GPU-UUID|MIG-UUID`, or a scheduler's allocation.
 
 On a shared server or inside a Slurm allocation orch must map only the GPUs it was given. With no `--gpus`,
-the allocation in the environment decides (NVIDIA: CUDA_VISIBLE_DEVICES, then SLURM_JOB_GPUS; AMD:
-ROCR_VISIBLE_DEVICES, then HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES, then SLURM_JOB_GPUS); without one,
-all GPUs. An explicit `--gpus` must stay inside the allocation. Indices are host indices, as `docker run
---gpus device=N` and the NVIDIA runtime read them. AMD GPUs are mapped as their render nodes plus /dev/kfd;
+the allocation in the environment decides (SLURM_JOB_GPUS first, then NVIDIA: CUDA_VISIBLE_DEVICES; AMD:
+ROCR_VISIBLE_DEVICES, then HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES); without one, all GPUs.
+SLURM_JOB_GPUS comes first because the Docker daemon maps *host* indices: Slurm documents it as "the global
+GPU IDs, not relative to any device cgroup" (sbatch(1)), while under `ConstrainDevices=yes` it renumbers
+CUDA_VISIBLE_DEVICES from 0 inside the job, which would map the wrong host GPU.
+An explicit `--gpus` must stay inside the allocation. Indices are host indices, as `docker run --gpus
+device=N` and the NVIDIA runtime read them. AMD GPUs are mapped as their render nodes plus /dev/kfd;
 the i-th KFD GPU node is taken to be the i-th render node (the order amdgpu registers them; a host whose
 order differs should select by render node, which a later version may accept). Pure: facts in, a plan out.
 """
@@ -20,8 +23,8 @@ from orchestrator.model.host import HostFacts
 
 Vendor = Literal["nvidia", "amd"]
 
-NVIDIA_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
-AMD_ENV: tuple[str, ...] = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
+NVIDIA_ENV: tuple[str, ...] = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+AMD_ENV: tuple[str, ...] = ("SLURM_JOB_GPUS", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
 

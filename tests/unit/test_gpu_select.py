@@ -44,6 +44,16 @@ def test_slurm_job_gpus_is_honoured_when_cuda_visible_devices_is_unset(four_gpu_
     assert select_gpus(None, four_gpu_host, {"SLURM_JOB_GPUS": "0,3"}).indices == (0, 3)
 
 
+def test_inside_a_slurm_job_the_global_ids_win_over_a_renumbered_cuda_visible_devices(
+    four_gpu_host: HostFacts,
+) -> None:
+    # ConstrainDevices=yes: the job got host GPUs 2 and 3, which it sees as 0 and 1.
+    environ = {"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    selection = select_gpus(None, four_gpu_host, environ)
+    assert selection.indices == (2, 3)
+    assert selection.reason == "SLURM_JOB_GPUS=2,3 (scheduler allocation)"
+
+
 def test_default_is_all_gpus(four_gpu_host: HostFacts) -> None:
     selection = select_gpus(None, four_gpu_host, {})
     assert selection.all and selection.device_ids == ()

@@ -250,3 +250,25 @@ def test_a_crash_after_the_cells_leaves_the_night_incomplete_and_resume_only_sum
     result = run_night(plan, {"gpu-a": a, "gpu-b": b}, resume=True, clock=lambda: _clock(2))
     assert a.calls == [] and b.calls == [], "nothing ran again"
     assert result.exit_code == 0 and (night / "summary.json").is_file()
+
+
+def test_publishing_takes_each_image_from_the_engine_of_the_target_that_built_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell built on gpu-b lives on gpu-b's daemon: the push must go through that endpoint, not the local one."""
+    from orchestrator.engine.fake import FakeEngine
+    from orchestrator.nightly import runner
+
+    calls: list[tuple[str | None, object, str | None]] = []
+
+    def connect(base_url: str | None = None, tls_files: object = None, context: str | None = None) -> FakeEngine:
+        calls.append((base_url, tls_files, context))
+        return FakeEngine()
+
+    monkeypatch.setattr(runner, "connect", connect)
+    engines = runner._TargetEngines(load_plan(two_target_plan(tmp_path)))
+    first = engines("tiny-embeddings@gpu-b")
+    assert engines("tiny-embeddings-cuda.cpu@gpu-b") is first, "one connection per target"
+    engines("tiny-embeddings@gpu-a")
+    engines.close()
+    assert calls == [("tcp://127.0.0.1:23760", None, None), ("unix:///var/run/docker.sock", None, None)]
