@@ -37,7 +37,8 @@ class TlsFiles(BaseModel):
 
 class DockerTargetSpec(_Spec):
     """A GPU server's own Docker daemon: `ssh://user@host`, `tcp://host:2376` (with `tls`), `unix://…`,
-    or a Docker context by name. Exactly one of `docker_host` and `context`."""
+    or a Docker context by name. At most one of `docker_host` and `context`;
+    neither: the engine of the machine running the night."""
 
     kind: Literal["docker"] = "docker"
     docker_host: str | None = None

@@ -95,11 +95,13 @@ def test_last_error_line_of_stderr(tmp_path: Path) -> None:
 # -- a Docker endpoint ----------------------------------------------------------------------------------
 
 
-def test_docker_spec_needs_exactly_one_endpoint() -> None:
-    with pytest.raises(BadInput, match="exactly one of docker_host and context"):
-        DockerTarget(DockerTargetSpec(name="gpu-a"))
-    with pytest.raises(BadInput, match="exactly one"):
+def test_docker_spec_takes_at_most_one_endpoint_and_none_is_this_machines_engine() -> None:
+    with pytest.raises(BadInput, match="one of docker_host and context, not both"):
         DockerTarget(DockerTargetSpec(name="gpu-a", docker_host="ssh://a", context="a"))
+    local = DockerTarget(DockerTargetSpec(name="here"), environ={"DOCKER_HOST": "unix:///run/d.sock", "PATH": "/bin"})
+    request = CellRequest(cell_id="x@here", dossier=Path("d.yaml"), out=Path("/tmp/x"), timeout_s=60)
+    with local._environment(request, None) as env:
+        assert env["DOCKER_HOST"] == "unix:///run/d.sock", "the night's own engine is kept"
 
 
 def test_endpoint_environment_with_tls_links_the_files_and_drops_the_callers_endpoint(tmp_path: Path) -> None:

@@ -55,10 +55,12 @@ class DockerTarget:
         ping_timeout_s: float = 30.0,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        if (spec.docker_host is None) == (spec.context is None):
+        # Neither: this machine's own engine, as `orch` finds it (DOCKER_HOST, the context, the socket).
+        if spec.docker_host is not None and spec.context is not None:
             raise BadInput(
-                f"target {spec.name}: give exactly one of docker_host and context",
-                hint="docker_host: ssh://user@gpu-a or tcp://gpu-a:2376 (with tls); context: a `docker context` name.",
+                f"target {spec.name}: give one of docker_host and context, not both",
+                hint="docker_host: ssh://user@gpu-a or tcp://gpu-a:2376 (with tls); context: a `docker context` name; "
+                "neither: the engine of the machine running the night.",
             )
         if spec.tls is not None and spec.docker_host is None:
             raise BadInput(f"target {spec.name}: tls goes with a tcp:// docker_host (a context carries its own TLS)")
@@ -74,15 +76,19 @@ class DockerTarget:
 
     @contextmanager
     def _environment(self, request: CellRequest, cell_label: str | None) -> Iterator[dict[str, str]]:
-        env = {key: value for key, value in self._environ.items() if key not in _ENDPOINT_VARS}
+        local = self.spec.docker_host is None and self.spec.context is None
+        env = {key: value for key, value in self._environ.items() if local or key not in _ENDPOINT_VARS}
         env[TAG_NAMESPACE_VAR] = request.tag_namespace
         if cell_label is not None:
             env[LABELS_VAR] = ",".join(filter(None, [env.get(LABELS_VAR, ""), cell_label]))
+        if local:
+            yield env
+            return
         if self.spec.context is not None:
             env["DOCKER_CONTEXT"] = self.spec.context
             yield env
             return
-        assert self.spec.docker_host is not None  # checked in __init__
+        assert self.spec.docker_host is not None  # neither is the local case above
         env["DOCKER_HOST"] = self.spec.docker_host
         if self.spec.tls is None:
             yield env
