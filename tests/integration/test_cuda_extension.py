@@ -66,8 +66,10 @@ def test_cuda_extension_builds_offline_and_records_nvcc_and_the_archs_read_from_
     record = _record(out)
     assert record.image is not None and record.failure is None
     dockerfile = (out / "context" / "Dockerfile").read_text()
-    # pip never reaches an index: the venv and the toolchain wheels both install from the wheelhouse
-    assert dockerfile.count("--no-index --find-links") == 2 and "--target /opt/orch/cuda-wheels" in dockerfile
+    # No install reaches an index: the venv (uv) and the toolchain wheels (pip --target) both install from
+    # the wheelhouse the host collected.
+    assert dockerfile.count("--no-index") == 2 and "--target /opt/orch/cuda-wheels" in dockerfile
+    assert "--find-links /tmp/orch/wheels " in dockerfile and "--find-links /tmp/orch/toolchain-wheels " in dockerfile
     assert sorted(p.name.split("-")[0] for p in (out / "context" / "toolchain-wheels").iterdir()) == [
         "nvidia_cuda_cccl",
         "nvidia_cuda_crt",
