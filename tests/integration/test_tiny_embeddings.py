@@ -30,7 +30,10 @@ def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytes
     plan = with_stage_labels(make_plan(loaded), engine.labels)  # the session's label on every layer
     context = write_context(loaded, plan, tmp_path_factory.mktemp("ctx") / "context")
     assert {path.name for path in context.directory.iterdir()} >= {"Dockerfile", "requirements.lock", "app", "wheels"}
-    assert len(context.wheels) == len(loaded.lock.requirements)
+    # One wheel per lock line, plus uv's own when uv installs (it is unpacked in the builder, never installed).
+    assert plan.uv is not None, "tiny-embeddings installs with the default installer, uv"
+    assert len(context.wheels) == len(loaded.lock.requirements) + 1
+    assert plan.uv.file_name in {wheel.file_name for wheel in context.wheels}
     # network=False: the wheelhouse build must not need the network at all.
     tar = context_tar(context.directory)
     with tar.file:
