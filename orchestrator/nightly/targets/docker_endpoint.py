@@ -28,12 +28,13 @@ from pathlib import Path
 from orchestrator.engine.labels import ENV_VAR as LABELS_VAR
 from orchestrator.engine.labels import TAG_NAMESPACE_VAR
 from orchestrator.errors import BadInput
-from orchestrator.nightly.cell import CellOutcome, CellRequest, CellStatus
+from orchestrator.nightly.cell import CellOutcome, CellRequest
 from orchestrator.nightly.target_specs import DockerTargetSpec
 from orchestrator.nightly.targets.outcome import (
     LOGS,
     STDERR,
     STDOUT,
+    CellTimer,
     first_error,
     rebuild_command,
     status_for_exit_code,
@@ -109,24 +110,14 @@ class DockerTarget:
     # -- the cell -----------------------------------------------------------------------------------
 
     def run_cell(self, request: CellRequest) -> CellOutcome:
-        started = time.monotonic()
         logs = request.out / LOGS
         logs.mkdir(parents=True, exist_ok=True)
         token = f"{request.cell_id}.{uuid.uuid4().hex[:12]}"
         cell_label = f"{CELL_LABEL}={token}" if request.cache == "cold" else None
         gpus = request.gpus if request.gpus is not None else self.spec.gpus
 
-        def outcome(status: CellStatus, *, code: int | None = None, error: str | None = None) -> CellOutcome:
-            return CellOutcome(
-                cell_id=request.cell_id,
-                status=status,
-                exit_code=code,
-                first_error=error,
-                duration_s=round(time.monotonic() - started, 3),
-                handle=handle,
-            )
+        outcome = CellTimer(request.cell_id)
 
-        handle: str | None = None
         with self._environment(request, cell_label) as env:
             unreachable = self._ping(env)
             if unreachable is not None:
@@ -141,9 +132,9 @@ class DockerTarget:
                     )
                 except OSError as exc:
                     return outcome("error", error=f"could not start {command[0]}: {exc.strerror or exc}")
-                handle = f"pid {process.pid}"
+                outcome.handle = f"pid {process.pid}"
                 try:
-                    code = process.wait(timeout=max(0.0, request.timeout_s - (time.monotonic() - started)))
+                    code = process.wait(timeout=max(0.0, request.timeout_s - (time.monotonic() - outcome.started)))
                 except subprocess.TimeoutExpired:
                     self._stop(process)
                     left = self._sweep(env, cell_label)

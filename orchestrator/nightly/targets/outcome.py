@@ -8,6 +8,7 @@ the cell then falls back to stderr's last error line.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_SUCCESS, EXIT_VERDICT_FAILED
 from orchestrator.model.checks import first_failure
 from orchestrator.model.report import STAGES, Report
-from orchestrator.nightly.cell import CellRequest, CellStatus
+from orchestrator.nightly.cell import CellOutcome, CellRequest, CellStatus
 
 #: Where a target leaves the rebuild's own console output, inside the cell's folder.
 LOGS = "logs"
@@ -109,3 +110,24 @@ def last_error_line(path: Path) -> str | None:
 
 def first_error(out: Path, stderr: Path) -> str | None:
     return report_first_error(out) or last_error_line(stderr)
+
+
+class CellTimer:
+    """Makes a cell's outcome with its duration since the timer started, and the target's handle on it
+    (set once the process or job exists): one place for both targets' `CellOutcome`s."""
+
+    def __init__(self, cell_id: str) -> None:
+        self.cell_id = cell_id
+        self.started = time.monotonic()
+        #: `pid N` (a Docker endpoint's subprocess) or `slurm job N`, once there is one.
+        self.handle: str | None = None
+
+    def __call__(self, status: CellStatus, *, code: int | None = None, error: str | None = None) -> CellOutcome:
+        return CellOutcome(
+            cell_id=self.cell_id,
+            status=status,
+            exit_code=code,
+            first_error=error,
+            duration_s=round(time.monotonic() - self.started, 3),
+            handle=self.handle,
+        )

@@ -30,6 +30,7 @@ from orchestrator.nightly.targets.outcome import (
     LOGS,
     STDERR,
     STDOUT,
+    CellTimer,
     first_error,
     rebuild_command,
     status_for_exit_code,
@@ -82,21 +83,11 @@ class SlurmTarget:
     # -- the cell -----------------------------------------------------------------------------------
 
     def run_cell(self, request: CellRequest) -> CellOutcome:
-        started = time.monotonic()
         job_dir = self.spec.shared_dir / f"{request.cell_id}-{uuid.uuid4().hex[:8]}"
         job_logs = job_dir / LOGS
         job_logs.mkdir(parents=True)
-        handle: str | None = None
 
-        def outcome(status: CellStatus, *, code: int | None = None, error: str | None = None) -> CellOutcome:
-            return CellOutcome(
-                cell_id=request.cell_id,
-                status=status,
-                exit_code=code,
-                first_error=error,
-                duration_s=round(time.monotonic() - started, 3),
-                handle=handle,
-            )
+        outcome = CellTimer(request.cell_id)
 
         script = job_dir / _SCRIPT
         script.write_text(self._script(request, job_dir), encoding="utf-8")
@@ -115,7 +106,7 @@ class SlurmTarget:
         if job_id is None:
             self._collect(job_dir, request.out)
             return outcome("environment", error=f"sbatch refused the job: {_last_line(submitted)}")
-        handle = f"slurm job {job_id}"
+        outcome.handle = f"slurm job {job_id}"
         try:
             final, cancelled_by_us = self._follow(job_id, request)
         except BaseException:  # Ctrl-C or the runner stopping: the job does not outlive the night
