@@ -62,6 +62,10 @@ _IMAGE_REMOVED_HINT = (
 )
 
 
+_FEED_HINT = (
+    "The feed runs the base image's own Python (`python -m http.server`); build with --network none to install "
+    "from the build context instead."
+)
 #: Seconds the wheel feed gets to say it listens (it prints `ready_line`): Python starting, nothing more.
 FEED_START_TIMEOUT_S = 30.0
 
@@ -496,15 +500,16 @@ class DockerEngine:
                     last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
                     raise EnvironmentFailure(
                         f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
-                        hint="The feed runs the base image's own Python (`python -m http.server`); "
-                        "build with --network none to install from the build context instead.",
+                        hint=_FEED_HINT,
                     )
                 time.sleep(0.05)
             yield str(container.id)
         except docker.errors.ImageNotFound:
             raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
         except docker.errors.APIError as exc:
-            raise EnvironmentFailure(f"starting orch's wheel feed failed: {redact(str(exc.explanation))}") from None
+            raise EnvironmentFailure(
+                f"starting orch's wheel feed failed: {redact(str(exc.explanation))}", hint=_FEED_HINT
+            ) from None
         finally:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

@@ -44,7 +44,12 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: tuple[BuildRecord, Path]) -> None:
     record, out = cold_wheelhouse_build
     assert record.status == "passed", record.failure
-    assert record.context.network == "none", "the wheelhouse build ran with no network at all"
+    # The wheelhouse build reads its wheels from orch's feed over the loopback it shares, and nothing else
+    # (test_wheel_feed_real.py); the wheels are in no layer and the venv was written once, in the final stage.
+    assert record.context.network == "wheel-feed"
+    assert record.layers is not None
+    steps = [layer.created_by for layer in record.layers if layer.step != "base image"]
+    assert not any("COPY wheels" in step or "--from=builder" in step for step in steps), steps
     assert record.cache.cached == 0 and record.cache.steps > 0, "--no-cache: every layer was built"
     # The session's warm-up image has this tag, identity and context: --no-cache built all the same.
     assert not record.reused
@@ -97,7 +102,7 @@ def test_code_change_rebuilds_only_the_code_layers(
     rebuilt = record.cache.rebuilt
     assert rebuilt[0] == "COPY app /opt/app", rebuilt
     assert not any("pip install" in step or step.startswith(("COPY wheels", "COPY --from")) for step in rebuilt)
-    assert record.cache.cached >= 6, "the venv, its wheels and the OS layers came from the cache"
+    assert record.cache.cached >= 5, "the stage label, the user, the venv and the ENV layers came from the cache"
 
 
 def test_online_build_through_the_proxy_gives_the_same_environment(
