@@ -84,7 +84,10 @@ def test_the_cache_key_follows_the_base_and_the_package_set_not_its_order() -> N
 def test_the_container_only_downloads_into_its_own_folder() -> None:
     (shell, flag, script) = collect_command(PACKAGES)
     assert (shell, flag) == ("sh", "-c")
-    assert f"-o Dir::Cache::archives={ARCHIVES}" in script and "install --download-only -y --no-install-recommends" in script
+    assert (
+        f"-o Dir::Cache::archives={ARCHIVES}" in script
+        and "install --download-only -y --no-install-recommends" in script
+    )
     assert script.endswith("g++-12 gcc-12 python3.11-dev") and "dpkg" not in script
 
 

@@ -119,7 +119,9 @@ def test_the_builder_gets_the_toolchain_after_the_venv_and_the_runtime_only_the_
     # wheelhouse mode: the .deb files the host collected, installed without apt's archive (stages/debhouse.py)
     assert "apt-get update" not in builder and "apt-get install" not in builder
     assert "# g++-12 gcc-12 python3.11-dev and what they need" in builder
-    toolchain = builder.index("COPY toolchain-debs /tmp/orch/toolchain-debs\nRUN dpkg -i /tmp/orch/toolchain-debs/*.deb")
+    toolchain = builder.index(
+        "COPY toolchain-debs /tmp/orch/toolchain-debs\nRUN dpkg -i /tmp/orch/toolchain-debs/*.deb"
+    )
     # the toolchain step comes after pip's install, so a toolchain change keeps the venv layers
     assert builder.index("pip install") < toolchain < builder.index("build_extensions.py /tmp/orch")
     assert 'CC="gcc-12" CXX="g++-12" MAX_JOBS="2"' in builder
