@@ -123,6 +123,8 @@ def test_a_package_the_archive_lacks_is_bad_input_naming_it() -> None:
     error = collect_error(100, output, ("g++-99", "gcc-99"))
     assert isinstance(error, BadInput) and error.exit_code == EXIT_BAD_INPUT
     assert str(error).startswith(STEP) and "no package g++-99" in str(error)
+    held = collect_error(100, "E: Package 'gcc-12' has no installation candidate\n", PACKAGES)
+    assert isinstance(held, BadInput) and "no package gcc-12" in str(held)
     # an unreachable archive is the environment's fault, said with apt's own words
     down = collect_error(100, "E: Failed to fetch http://deb.debian.org/x  Could not resolve host", PACKAGES)
     assert isinstance(down, EnvironmentFailure) and down.exit_code == EXIT_ENVIRONMENT
