@@ -8,18 +8,21 @@ clear `EngineUnavailable` (exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, Self
 
-from orchestrator.plan.specs import Mount, Network, RunSpec
+from orchestrator.plan.specs import BuildNetwork, FeedSpec, Mount, Network, RunSpec
 from orchestrator.untrusted import exited
 
 __all__ = [
     "MANAGED_LABEL",
+    "BuildNetwork",
     "BuildOutcome",
     "Engine",
     "EngineInfo",
+    "FeedSpec",
     "ImageInfo",
     "LayerEntry",
     "Mount",
@@ -146,11 +149,16 @@ class Engine(Protocol):
         context_tar: IO[bytes],
         tag: str,
         *,
-        network: Network,
+        network: BuildNetwork,
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
+        feed: str | None = None,
     ) -> BuildOutcome: ...
+
+    #: Start the wheel feed (`spec`) with `files` (a tar, its entries under `feed/`) in it, yield its container
+    #: id for `build(network="wheel-feed", feed=...)`, and remove it on the way out, whatever happened.
+    def wheel_feed(self, spec: FeedSpec, files: IO[bytes]) -> AbstractContextManager[str]: ...
 
     def run(self, spec: RunSpec) -> RunOutcome: ...
 

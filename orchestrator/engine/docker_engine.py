@@ -13,7 +13,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -25,11 +25,12 @@ import requests.exceptions
 
 from orchestrator.engine import (
     MANAGED_LABEL,
+    BuildNetwork,
     BuildOutcome,
     EngineInfo,
+    FeedSpec,
     ImageInfo,
     LayerEntry,
-    Network,
     RegistryAuth,
     RunOutcome,
     RunSpec,
@@ -46,6 +47,7 @@ from orchestrator.errors import (
     ImageNotBuilt,
     RegistryError,
 )
+from orchestrator.model.platform import LABEL_PREFIX
 from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
 
@@ -58,6 +60,19 @@ _IMAGE_REMOVED_HINT = (
     "The image was removed by another user or process (docker rmi or a prune on the shared engine) while orch "
     "was using it; run the command again."
 )
+
+
+#: Seconds the wheel feed gets to say it listens (it prints `ready_line`): Python starting, nothing more.
+FEED_START_TIMEOUT_S = 30.0
+
+
+def _build_network_mode(network: BuildNetwork, feed: str | None) -> str | None:
+    """The build API's `networkmode`: `container:<feed>` joins the feed's namespace (its loopback, nothing else)."""
+    if network == "wheel-feed":
+        if feed is None:
+            raise ValueError("a wheel-feed build needs the feed's container id")
+        return f"container:{feed}"
+    return {"none": "none", "default": None, "host": "host"}[network]
 
 
 def _env_map(env: Sequence[str] | None) -> dict[str, str]:
@@ -398,10 +413,11 @@ class DockerEngine:
         context_tar: IO[bytes],
         tag: str,
         *,
-        network: Network,
+        network: BuildNetwork,
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
+        feed: str | None = None,
     ) -> BuildOutcome:
         # A RUN step is code from the packages being installed: what it prints is kept within a bound.
         # Docker calls only: reading the log (the failed step, pip's and apt's errors) is build_log's job.
@@ -417,7 +433,7 @@ class DockerEngine:
                 forcerm=True,  # intermediate containers go even when a step fails
                 decode=True,
                 nocache=no_cache,
-                network_mode={"none": "none", "default": None, "host": "host"}[network],
+                network_mode=_build_network_mode(network, feed),
                 labels=dict(labels or {}),
                 # docker-py would copy proxy settings from ~/.docker/config.json into build args, which
                 # `docker history` shows: a proxy URL with credentials would leak into the image.
@@ -446,6 +462,53 @@ class DockerEngine:
             built = self.image(tag)
             image_id = built.id if built else None
         return BuildOutcome(image_id=image_id, log=log.text())
+
+    @contextlib.contextmanager
+    def wheel_feed(self, spec: FeedSpec, files: IO[bytes]) -> Iterator[str]:
+        # The files go in through the archive API, not a bind mount: the engine may be on another machine
+        # (a nightly target). put_archive refuses a read-only root, so the feed's root stays writable; it
+        # runs unprivileged, without capabilities and without any network but its own loopback.
+        container = None
+        try:
+            container = self._client.containers.create(
+                spec.image,
+                command=list(spec.command),
+                environment={"PYTHONUNBUFFERED": "1"},
+                network_mode="none",
+                user=spec.user,
+                labels={**self._labels, MANAGED_LABEL: "true", f"{LABEL_PREFIX}.role": "wheel-feed"},
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit="1g",
+                memswap_limit="1g",
+                pids_limit=64,
+                detach=True,
+            )
+            container.put_archive("/", files)
+            container.start()
+            deadline = time.monotonic() + FEED_START_TIMEOUT_S
+            while True:
+                container.reload()
+                logs = container.logs(stdout=True, stderr=True)[-4096:].decode("utf-8", errors="replace")
+                if spec.ready_line in logs:
+                    break
+                if container.status != "running" or time.monotonic() > deadline:
+                    last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
+                    raise EnvironmentFailure(
+                        f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
+                        hint="The feed runs the base image's own Python (`python -m http.server`); "
+                        "build with --network none to install from the build context instead.",
+                    )
+                time.sleep(0.05)
+            yield str(container.id)
+        except docker.errors.ImageNotFound:
+            raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(f"starting orch's wheel feed failed: {redact(str(exc.explanation))}") from None
+        finally:
+            if container is not None:
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    container.remove(force=True)
 
     # -- containers --------------------------------------------------------------------------------
 

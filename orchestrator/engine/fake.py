@@ -13,19 +13,20 @@ container path they name; containers and images carry the engine's labels.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import shlex
 import tarfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Self
 
 from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, LayerEntry, RegistryAuth, RunOutcome
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt, RegistryError
-from orchestrator.plan.specs import Network, RunSpec
+from orchestrator.plan.specs import BuildNetwork, FeedSpec, RunSpec
 
 PROBE_LABEL = "io.orch.probe"
 
@@ -158,7 +159,11 @@ class FakeEngine:
         #: Every container spec `run` received, in order.
         self.specs: list[RunSpec] = []
         #: The build labels and network of each build, in order.
-        self.builds: list[tuple[str, Network, dict[str, str]]] = []
+        self.builds: list[tuple[str, BuildNetwork, dict[str, str]]] = []
+        self.feeds: list[tuple[FeedSpec, list[str]]] = []
+        #: The entry names of each build's context tar, in build order.
+        self.contexts: list[list[str]] = []
+        self.feeds_running: set[str] = set()
         self.closed = False
 
     # -- scripting helpers ---------------------------------------------------------------------------
@@ -208,12 +213,18 @@ class FakeEngine:
         context_tar: IO[bytes],
         tag: str,
         *,
-        network: Network,
+        network: BuildNetwork,
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         on_line: Callable[[str], None] | None = None,
+        feed: str | None = None,
     ) -> BuildOutcome:
         self.calls.append(("build", tag))
+        if network == "wheel-feed" and feed not in self.feeds_running:
+            raise AssertionError("a wheel-feed build ran without its feed running")
+        with tarfile.open(fileobj=context_tar, mode="r") as tar:
+            self.contexts.append(sorted(tar.getnames()))
+        context_tar.seek(0)
         base, instructions = _final_stage(_dockerfile(context_tar))
         dockerfile_labels = _labels(instructions)
         script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
@@ -232,6 +243,18 @@ class FakeEngine:
             added = [history_entry(instruction, script.size // max(runs, 1)) for instruction in instructions]
         self._histories[image.id] = [*(self._histories.get(base_image.id, []) if base_image else []), *added]
         return BuildOutcome(image.id, script.log)
+
+    @contextlib.contextmanager
+    def wheel_feed(self, spec: FeedSpec, files: IO[bytes]) -> Iterator[str]:
+        """Records the feed and the names it would serve; the build asserts that it runs inside it."""
+        with tarfile.open(fileobj=files, mode="r") as tar:
+            self.feeds.append((spec, sorted(tar.getnames())))
+        feed = f"feed-{len(self.feeds)}"
+        self.feeds_running.add(feed)
+        try:
+            yield feed
+        finally:
+            self.feeds_running.discard(feed)
 
     def run(self, spec: RunSpec) -> RunOutcome:
         return self._run(spec)[0]

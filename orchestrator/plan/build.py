@@ -6,6 +6,7 @@ check a whole plan from a dossier file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from orchestrator.model.build_record import CodeRef
 from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.run import inventory_spec
-from orchestrator.plan.specs import Network, RunSpec
+from orchestrator.plan.specs import BuildNetwork, FeedSpec, Network, RunSpec
 from orchestrator.redact import redact
 from orchestrator.vendor import InstallerWheel, uv_wheel
 
@@ -130,6 +131,11 @@ class BuildPlan:
     stage_labels: tuple[tuple[str, str], ...] = ()
     #: Compiled extensions (the dossier's `build`): toolchain in the builder only, the artefact copied.
     extensions: ExtensionsPlan | None = None
+    #: sha256 of the lock file the context carries (`requirements.lock`).
+    lock_sha256: str = ""
+    #: True: one stage; the final stage installs the venv from orch's wheel feed (`FEED_URL`, see
+    #: `wheel_feed_refusal`) instead of copying it from a builder stage. `orch build` only; never `orch render`.
+    wheel_feed: bool = False
 
     @property
     def builder_labels(self) -> tuple[tuple[str, str], ...]:
@@ -224,6 +230,7 @@ def make_plan(loaded: LoadedDossier, *, ca_bundle: bool = False) -> BuildPlan:
         uid=RUNTIME_UID,
         labels=tuple(sorted(labels.items())),
         extensions=_extensions_plan(loaded, model.python.version),
+        lock_sha256=hashlib.sha256(loaded.resolve(model.python.requirements).read_bytes()).hexdigest(),
     )
 
 
@@ -256,6 +263,42 @@ def default_tag(loaded: LoadedDossier, namespace: str = "orch") -> str:
     users of one engine do not share the tag of a dossier both rebuild.
     """
     return f"{namespace}/{loaded.model.name}:{loaded.short_identity}"
+
+
+# -- the wheel feed: the locked wheels reach the install step without becoming a layer ----------------
+
+#: The feed listens on its own container's loopback; the build's steps join that network namespace.
+FEED_PORT = 8470
+FEED_URL = f"http://127.0.0.1:{FEED_PORT}/"
+#: What the feed serves, from the rendered context: the lock and the wheelhouse, nothing else.
+FEED_PATHS = ("requirements.lock", "wheels")
+
+
+def wheel_feed_refusal(plan: BuildPlan) -> str | None:
+    """Why this plan cannot install from the wheel feed (None: it can).
+
+    The feed removes the builder stage's second copy of the venv (its commit, then `COPY --from` and a
+    second commit: two thirds of a cold build, docs/benchmarks.md) while keeping the wheels out of every
+    layer. It needs what the one-stage install needs: the locked wheels (wheelhouse mode), uv (it reads
+    `--find-links` over HTTP and compiles the bytecode), a base image with its own Python (the feed runs it),
+    and no apt step (the feed's namespace has no outside network); an extension build keeps its builder stage.
+    """
+    if plan.install_mode != "wheelhouse":
+        return "online install"
+    if plan.installer != "uv" or plan.uv is None:
+        return "installer pip"
+    if plan.base.python_source != "image":
+        return f"the base's Python comes from {plan.base.python_source}"
+    if plan.builder_apt_packages or plan.runtime_apt_packages:
+        return "OS packages are installed with apt"
+    if plan.extensions is not None:
+        return "compiled extensions are built in a builder stage"
+    return None
+
+
+def feed_spec(plan: BuildPlan, base_id: str) -> FeedSpec:
+    command = (f"python{plan.python_version}", "-m", "http.server", str(FEED_PORT), "--bind", "127.0.0.1")
+    return FeedSpec(image=base_id, command=(*command, "--directory", "/feed"))
 
 
 def default_build_network(plan: BuildPlan) -> Network:
@@ -308,13 +351,15 @@ class BuildSteps:
     #: The plan with this build's labels merged in and the engine's labels opening each stage.
     plan: BuildPlan
     tag: str
-    network: Network
+    network: BuildNetwork
     no_cache: bool
     #: The folder the context is rendered into (Dockerfile, lock, app/, wheels/, orch/ca-bundle.pem).
     context_dir: Path
     ca_bundle: Path | None
     #: The inventory probe, run in the built image (its `image` is a placeholder until the build is done).
     inventory: RunSpec
+    #: The wheel feed the build reads the lock and wheels from (network `wheel-feed`); None otherwise.
+    feed: FeedSpec | None = None
 
 
 def make_build_steps(
@@ -336,12 +381,19 @@ def make_build_steps(
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
     labels = build_labels(loaded, code, created=created, base_id=base_id, base_repo_digests=base_repo_digests)
     plan = with_stage_labels(with_labels(plan, labels), engine_labels or {})
+    build_network: BuildNetwork = network or default_build_network(plan)
+    feed = None
+    # An explicit --network is the user's choice of how the build reaches its wheels: no feed then.
+    if network is None and wheel_feed_refusal(plan) is None:
+        plan = replace(plan, wheel_feed=True)
+        build_network, feed = "wheel-feed", feed_spec(plan, base_id)
     return BuildSteps(
         plan=plan,
         tag=tag or default_tag(loaded),
-        network=network or default_build_network(plan),
+        network=build_network,
         no_cache=no_cache,
         context_dir=out / "context",
         ca_bundle=ca_bundle,
         inventory=inventory_spec(built_image),
+        feed=feed,
     )

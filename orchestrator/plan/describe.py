@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, BuildSteps
+from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, FEED_PATHS, BuildSteps
 from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import PROBE_LABEL, RunPlan
 from orchestrator.plan.specs import RunSpec
@@ -102,6 +102,15 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         )
     if plan.ca_bundle:
         context.append(("CA bundle", f"{steps.ca_bundle} -> orch/ca-bundle.pem (builder stage only)"))
+    # The feed is part of the build step (its numbering is fixed: BUILD_STEP), started before it, removed after.
+    feed: list[tuple[str, str]] = []
+    if steps.feed is not None:
+        feed = [
+            ("wheel feed", f"a container of {base.from_line} started first, removed after the build"),
+            ("wheel feed command", " ".join(steps.feed.command)),
+            ("wheel feed serves", f"{', '.join(FEED_PATHS)} of the context, copied in with the archive API"),
+            ("wheel feed network", f"none: its loopback only, which the build joins; user {steps.feed.user}"),
+        ]
     return [
         PlannedCall(f"inspect image {base.from_line} (pull it if absent{pinned})"),
         PlannedCall(f"inspect image {steps.tag} (its created label is kept when it has this identity)"),
@@ -114,8 +123,13 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
                 else " (not run when step 2's image has this identity and context digest: that image is reused)"
             ),
             (
-                ("context", f"{steps.context_dir} as a normalised tar (fixed owner and mtime)"),
-                ("network", steps.network),
+                (
+                    "context",
+                    f"{steps.context_dir}{' without wheels/' if steps.feed else ''} as a normalised tar "
+                    "(fixed owner and mtime)",
+                ),
+                ("network", steps.network + (" (the feed's namespace: loopback only)" if steps.feed else "")),
+                *feed,
                 ("cache", "off (--no-cache)" if steps.no_cache else "on"),
                 ("build label", f"{CONTEXT_DIGEST_LABEL}=<sha256 of the context: each file's path, mode and sha256>"),
                 *_labels("label", dict(plan.labels)),

@@ -21,6 +21,25 @@ LABEL_PREFIX = _LABEL_PREFIX
 #: `none`: no network at all (wheelhouse builds, probes); `default`: the engine's bridge; `host`: the host's
 #: network namespace (reaches indexes on the host's loopback).
 Network = Literal["none", "default", "host"]
+#: A build's network: one of the above, or `wheel-feed`: the build's steps share the network namespace of
+#: orch's wheel feed container (engine.wheel_feed), which has loopback only, so the install reads the locked
+#: wheels from the feed and nothing else is reachable.
+BuildNetwork = Literal["none", "default", "host", "wheel-feed"]
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """The container that serves the context's lock and wheels to the build (engine.wheel_feed).
+
+    It runs the base image's own Python (`http.server`, standard library), as an unprivileged user, with no
+    network but its loopback; the build's RUN steps share that namespace (`--network container:<feed>`), so
+    they reach the feed and nothing else: the build stays offline.
+    """
+
+    image: str
+    command: tuple[str, ...]
+    ready_line: str = "Serving HTTP on"
+    user: str = "65534:65534"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ and a fixed environment make the same plan give byte-identical output.
 from __future__ import annotations
 
 from orchestrator import __version__
-from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, BuildPlan
+from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, FEED_URL, BuildPlan
 from orchestrator.resources import render_template, templates_root
 
 
@@ -22,5 +22,6 @@ def render_dockerfile(plan: BuildPlan) -> str:
         ext_sources=EXT_SOURCES,
         ext_out=EXT_OUT,
         cuda_wheels=CUDA_WHEELS,
+        feed_url=FEED_URL,
     )
     return text.rstrip("\n") + "\n"

@@ -40,9 +40,17 @@ from orchestrator.model.build_record import (
 )
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
-from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, LABEL_PREFIX, created_label, default_tag, make_build_steps
+from orchestrator.plan.build import (
+    CONTEXT_DIGEST_LABEL,
+    FEED_PATHS,
+    LABEL_PREFIX,
+    BuildSteps,
+    created_label,
+    default_tag,
+    make_build_steps,
+)
 from orchestrator.report.sbom import SBOM_FILE, sbom_json
-from orchestrator.stages.build_context import context_digest, context_tar
+from orchestrator.stages.build_context import ContextTar, context_digest, context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
 from orchestrator.stages.debhouse import DEBS_DIR
@@ -154,16 +162,16 @@ def run_build(
         )
     else:
         stage("build")
-        tar = context_tar(rendered.directory)
-        with tar.file:
-            outcome = engine.build(
-                tar.file,
-                steps.tag,
-                network=network,
-                labels={CONTEXT_DIGEST_LABEL: digest},
-                no_cache=steps.no_cache,
-                on_line=on_line,
-            )
+        if steps.feed is None:
+            outcome = _engine_build(engine, steps, context_tar(rendered.directory), digest, on_line, None)
+        else:
+            # The feed serves the lock and the wheels; the context the engine receives leaves the wheels out.
+            served = context_tar(rendered.directory, only=FEED_PATHS, prefix="feed")
+            with served.file, engine.wheel_feed(steps.feed, served.file) as feed:
+                kept = [entry.name for entry in rendered.directory.iterdir() if entry.name != "wheels"]
+                outcome = _engine_build(
+                    engine, steps, context_tar(rendered.directory, only=kept), digest, on_line, feed
+                )
     durations["build"] = time.monotonic() - mark
     atomic_write_text(out / "build.log", outcome.log)
 
@@ -267,6 +275,26 @@ def run_build(
             )
             raise pin_not_found(loaded.lock, loaded.model.python.requirements, missing, where)
     return record
+
+
+def _engine_build(
+    engine: Engine,
+    steps: BuildSteps,
+    tar: ContextTar,
+    digest: str,
+    on_line: Callable[[str], None] | None,
+    feed: str | None,
+) -> BuildOutcome:
+    with tar.file:
+        return engine.build(
+            tar.file,
+            steps.tag,
+            network=steps.network,
+            labels={CONTEXT_DIGEST_LABEL: digest},
+            no_cache=steps.no_cache,
+            on_line=on_line,
+            feed=feed,
+        )
 
 
 def reusable_image(previous: ImageInfo | None, identity: str, digest: str) -> ImageInfo | None:

@@ -14,7 +14,7 @@ import io
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -59,16 +59,18 @@ class ContextTar:
     sha256: str
 
 
-def _entries(directory: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of every entry, in the order the tar holds them."""
+def _entries(directory: Path, only: Sequence[str] | None = None) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every entry, in the order the tar holds them; with `only`, the entries at
+    or under those top-level names."""
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         base = Path(root)
         for name in [*sorted(dirs), *sorted(files)]:
             path = base / name
             relative = path.relative_to(directory).as_posix()
-            if relative not in _SKIP:
-                yield relative, path
+            if relative in _SKIP or (only is not None and relative.split("/", 1)[0] not in only):
+                continue
+            yield relative, path
 
 
 def context_digest(directory: Path, known: Mapping[str, str] | None = None) -> str:
@@ -95,19 +97,26 @@ def context_digest(directory: Path, known: Mapping[str, str] | None = None) -> s
     return digest.hexdigest()
 
 
-def context_tar(directory: Path) -> ContextTar:
-    """A normalised tar of `directory` and its sha256 (equal digests: the engine receives identical contexts)."""
+def context_tar(directory: Path, *, only: Sequence[str] | None = None, prefix: str = "") -> ContextTar:
+    """A normalised tar of `directory` and its sha256 (equal digests: the engine receives identical contexts).
+
+    `only` keeps the named top-level entries (the wheel feed's lock and wheels), `prefix` puts every entry
+    under that folder (the feed's `/feed`). A feed build's context leaves the wheels out: the feed serves them.
+    """
     # A BytesIO or a real file, never a SpooledTemporaryFile: requests cannot size the latter and falls
     # back to chunked uploads, which made every build's upload ~60% slower (benchmarks/build_overhead.py).
-    size = sum(path.stat().st_size for path in directory.rglob("*") if path.is_file() and not path.is_symlink())
+    entries = list(_entries(directory, only))
+    size = sum(path.stat().st_size for _, path in entries if path.is_file() and not path.is_symlink())
     spool: IO[bytes] = (
         io.BytesIO() if size < MEMORY_LIMIT else tempfile.TemporaryFile()  # noqa: SIM115 - returned open
     )
     writer = _HashingWriter(spool)
     with tarfile.open(fileobj=writer, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         tar.copybufsize = 1 << 20  # 16 KiB by default: 200 MB of wheels would take 13,000 Python-level copies
-        for relative, path in _entries(directory):
-            info = _normalise(tar.gettarinfo(str(path), arcname=relative))
+        if prefix:
+            tar.addfile(_normalise(tar.gettarinfo(str(directory), arcname=prefix)))
+        for relative, path in entries:
+            info = _normalise(tar.gettarinfo(str(path), arcname=f"{prefix}/{relative}" if prefix else relative))
             if info.isfile():  # links and folders carry no content
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)

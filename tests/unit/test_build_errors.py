@@ -3,6 +3,7 @@ explained. The Docker adapter is driven by a fake client (no engine), the way it
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 from collections.abc import Iterator
@@ -225,6 +226,10 @@ class _BuildEngine:
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
         return self.outcome
+
+    @contextlib.contextmanager
+    def wheel_feed(self, spec: Any, files: Any) -> Iterator[str]:
+        yield "feed"
 
 
 def _run_build(tiny_example: Path, monkeypatch: pytest.MonkeyPatch, engine: Any, tmp_path: Path) -> Any:

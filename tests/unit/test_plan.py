@@ -122,7 +122,8 @@ def test_build_steps_take_created_and_the_base_id_as_given() -> None:
     assert labels["io.orch.base.id"] == "sha256:base"
     assert dict(steps.plan.stage_labels) == {"a.b": "c"}
     assert steps.tag == default_tag(loaded)
-    assert steps.network == "none", "a wheelhouse install with no OS package builds with no network"
+    # A wheelhouse install with no OS package builds with no outside network: only the feed's loopback.
+    assert steps.network == "wheel-feed" and steps.feed is not None and steps.feed.image == "sha256:base"
     assert steps.context_dir == Path("/o/context")
     assert steps.inventory.labels == {"io.orch.probe": "inventory"} and steps.inventory.network is False
 
