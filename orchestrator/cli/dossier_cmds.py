@@ -176,9 +176,20 @@ def render(dossier: Path, out: Path | None, variant: str | None, dockerfile_only
     assert out is not None
     console = make_console()
     with console.status(f"rendering {loaded.model.name} into {out}"):
-        rendered = write_context(loaded, plan, out, ca_bundle=ca_bundle)
+        if plan.toolchain_debs:
+            # The toolchain's .deb files are downloaded by apt in a container of the base image.
+            from orchestrator.engine import connect
+            from orchestrator.stages.build import ensure_base
+
+            with connect() as engine:
+                base = ensure_base(engine, loaded)
+                rendered = write_context(loaded, plan, out, ca_bundle=ca_bundle, engine=engine, base_id=base.id)
+        else:
+            rendered = write_context(loaded, plan, out, ca_bundle=ca_bundle)
     console.print(f"[green]✓[/] rendered {loaded.model.name} ({plan.platform}) into {rendered.directory}")
     console.print(f"  Dockerfile, requirements.lock, app/{', wheels/' if rendered.wheels else ''}")
     if rendered.wheels:
         console.print(f"  {len(rendered.wheels)} wheels, hashes verified")
+    if rendered.debs:
+        console.print(f"  {len(rendered.debs)} toolchain .deb files from the base image's archive in toolchain-debs/")
     console.print(f"  build it: docker build {rendered.directory}")

@@ -162,6 +162,11 @@ class Engine(Protocol):
 
     def run(self, spec: RunSpec) -> RunOutcome: ...
 
+    #: `run`, then, when the container exited 0, the engine's tar of its folder `path` written to `dest`
+    #: (at most `max_bytes` + 1 bytes: the reader refuses a larger one). No host mount: the container's
+    #: files reach the host only as that tar, which the caller reads as untrusted.
+    def run_and_copy(self, spec: RunSpec, path: str, dest: IO[bytes], max_bytes: int) -> RunOutcome: ...
+
     def remove_image(self, ref: str) -> None: ...
 
     #: Push `repository:tag` (the image must carry that tag here); returns the registry's manifest

@@ -526,6 +526,22 @@ class DockerEngine:
         return kept
 
     def run(self, spec: RunSpec) -> RunOutcome:
+        return self._run(spec)
+
+    def run_and_copy(self, spec: RunSpec, path: str, dest: IO[bytes], max_bytes: int) -> RunOutcome:
+        def copy(container: Any) -> None:
+            stream, _ = container.get_archive(path)
+            written = 0
+            for chunk in stream:
+                dest.write(chunk[: max_bytes + 1 - written])
+                written += len(chunk)
+                if written > max_bytes:
+                    break  # the reader sees more than max_bytes and refuses the archive
+
+        return self._run(spec, copy)
+
+    def _run(self, spec: RunSpec, after: Callable[[Any], None] | None = None) -> RunOutcome:
+        """create → start → wait → logs → `after` (on a clean exit) → remove, the removal in `finally`."""
         volumes = {
             str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
             for mount in spec.mounts
@@ -576,6 +592,8 @@ class DockerEngine:
             stderr = self._capped_logs(container, spec.max_log_bytes, stdout=False)
             container.reload()
             oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
+            if after is not None and exit_code == 0:
+                after(container)
             return RunOutcome(
                 exit_code=exit_code,
                 stdout=stdout.text(),

@@ -57,6 +57,8 @@ class ScriptedRun:
     oom_killed: bool = False
     duration_s: float = 0.01
     files: Mapping[str, bytes] = field(default_factory=dict)
+    #: What `run_and_copy` copies out: container folder → the engine's tar of it.
+    archives: Mapping[str, bytes] = field(default_factory=dict)
 
 
 def image_config(labels: Mapping[str, str], env: Mapping[str, str]) -> bytes:
@@ -255,6 +257,17 @@ class FakeEngine:
             self.feeds_running.discard(feed)
 
     def run(self, spec: RunSpec) -> RunOutcome:
+        return self._run(spec)[0]
+
+    def run_and_copy(self, spec: RunSpec, path: str, dest: IO[bytes], max_bytes: int) -> RunOutcome:
+        outcome, script = self._run(spec)
+        if outcome.exit_code == 0:
+            if path not in script.archives:
+                raise AssertionError(f"the fake engine has no scripted archive of {path}")
+            dest.write(script.archives[path][: max_bytes + 1])
+        return outcome
+
+    def _run(self, spec: RunSpec) -> tuple[RunOutcome, ScriptedRun]:
         probe = spec.labels.get(PROBE_LABEL, "")
         self.calls.append(("run", probe, spec.image))
         self.specs.append(spec)
@@ -271,7 +284,7 @@ class FakeEngine:
             timed_out=script.timed_out,
             duration_s=script.duration_s,
             oom_killed=script.oom_killed,
-        )
+        ), script
 
     @staticmethod
     def _write(spec: RunSpec, path: str, data: bytes) -> None:

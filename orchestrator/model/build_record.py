@@ -46,6 +46,15 @@ class WheelRef(Frozen):
     sha256: str
 
 
+class DebRef(Frozen):
+    """One Debian package of the extensions' toolchain, collected on the host (stages/debhouse.py)."""
+
+    file: str
+    package: str
+    version: str
+    sha256: str
+
+
 class ContextRef(Frozen):
     digest: str = Field(
         description="sha256 of the build context's content: every file's path, mode and sha256, in order "
@@ -58,6 +67,11 @@ class ContextRef(Frozen):
     network: str
     ca_bundle: bool
     wheels: list[WheelRef]
+    debs: list[DebRef] = Field(
+        default_factory=list,
+        description="The toolchain's .deb files the build installed from the context (wheelhouse mode with "
+        "compiled extensions): apt's download in the base image, collected on the host; empty otherwise.",
+    )
 
 
 class CodeRef(Frozen):

@@ -143,6 +143,12 @@ class BuildPlan:
         return tuple(sorted({f"{LABEL_PREFIX}.stage": "builder", **dict(self.stage_labels)}.items()))
 
     @property
+    def toolchain_debs(self) -> bool:
+        """The toolchain's Debian packages come in the context (`toolchain-debs/`), collected on the host:
+        in wheelhouse mode, so that the build needs no network; online builds run apt in the builder."""
+        return self.extensions is not None and self.install_mode == "wheelhouse"
+
+    @property
     def template(self) -> str:
         return f"{self.platform}.Dockerfile.j2"
 
@@ -296,12 +302,15 @@ def feed_spec(plan: BuildPlan, base_id: str) -> FeedSpec:
 
 
 def default_build_network(plan: BuildPlan) -> Network:
-    """No network for a wheelhouse build that installs no OS package: the build is then hermetic.
+    """No network for a wheelhouse build that installs no OS package from the archive: it is then hermetic.
 
     apt needs the distribution's archive, so a build with OS packages (or a base whose Python comes from
-    apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse.
+    apt) gets the engine's default network; pip still installs with --no-index from the wheelhouse. The
+    extensions' toolchain does not count in wheelhouse mode: its .deb files were collected on the host
+    (stages/debhouse.py) and travel in the context, like the wheels.
     """
-    apt = plan.builder_apt_packages or plan.runtime_apt_packages or plan.extensions is not None
+    toolchain_apt = plan.extensions is not None and not plan.toolchain_debs
+    apt = bool(plan.builder_apt_packages or plan.runtime_apt_packages) or toolchain_apt
     if plan.install_mode == "wheelhouse" and not apt:
         return "none"
     return "default"

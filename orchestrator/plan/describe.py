@@ -91,6 +91,15 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         context.append(("toolchain lock", f"{toolchain} -> toolchain.lock (builder stage only)"))
         if plan.install_mode == "wheelhouse":
             context.append(("toolchain wheels", "pip download on the host, the same way -> toolchain-wheels/"))
+    if plan.toolchain_debs and plan.extensions is not None:
+        context.append(
+            (
+                "toolchain debs",
+                f"apt-get install --download-only {' '.join(plan.extensions.toolchain_apt_packages)} in one "
+                "container of the base image (engine's default network; skipped when the host's cache has them "
+                "for this base id) -> toolchain-debs/",
+            )
+        )
     if plan.ca_bundle:
         context.append(("CA bundle", f"{steps.ca_bundle} -> orch/ca-bundle.pem (builder stage only)"))
     # The feed is part of the build step (its numbering is fixed: BUILD_STEP), started before it, removed after.

@@ -32,6 +32,7 @@ from orchestrator.model.build_record import (
     BuildRecord,
     CodeRef,
     ContextRef,
+    DebRef,
     DossierRef,
     ImageLayer,
     ImageRef,
@@ -52,6 +53,7 @@ from orchestrator.report.sbom import SBOM_FILE, sbom_json
 from orchestrator.stages.build_context import ContextTar, context_digest, context_tar
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.context import write_context
+from orchestrator.stages.debhouse import DEBS_DIR
 from orchestrator.stages.image_layers import map_layers
 from orchestrator.stages.inventory import probe_inventory, write_environment
 from orchestrator.timestamps import rfc3339
@@ -134,10 +136,19 @@ def run_build(
     )
     plan, network = steps.plan, steps.network
     rendered = write_context(
-        loaded, plan, steps.context_dir, ca_bundle=options.ca_bundle, cache=options.wheel_cache, code=state
+        loaded,
+        plan,
+        steps.context_dir,
+        ca_bundle=options.ca_bundle,
+        cache=options.wheel_cache,
+        code=state,
+        engine=engine,
+        base_id=base.id,
     )
 
-    digest = context_digest(rendered.directory, {f"wheels/{w.file_name}": w.sha256 for w in rendered.wheels})
+    known = {f"wheels/{w.file_name}": w.sha256 for w in rendered.wheels}
+    known.update({f"{DEBS_DIR}/{d.file_name}": d.sha256 for d in rendered.debs})
+    digest = context_digest(rendered.directory, known)
     durations["render"] = time.monotonic() - mark
 
     mark = time.monotonic()
@@ -231,6 +242,9 @@ def run_build(
             network=network,
             ca_bundle=plan.ca_bundle,
             wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in rendered.wheels],
+            debs=[
+                DebRef(file=d.file_name, package=d.package, version=d.version, sha256=d.sha256) for d in rendered.debs
+            ],
         ),
         code=code,
         failure=failure,

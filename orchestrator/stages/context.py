@@ -1,4 +1,4 @@
-"""The build context on disk: Dockerfile, lock, application code, wheelhouse, CA bundle.
+"""The build context on disk: Dockerfile, lock, application code, wheelhouse, toolchain debs, CA bundle.
 
 `orch render --out DIR` writes everything `docker build DIR` needs, so the rendered folder is also
 the baseline a plain `docker build` can be compared with. The folder is assembled beside its
@@ -19,12 +19,14 @@ from packaging.version import Version
 
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.lock import Lock, LockedRequirement
+from orchestrator.engine import Engine
 from orchestrator.errors import BadInput
 from orchestrator.plan.build import EXT_OUT, BuildPlan
 from orchestrator.render.dockerfile import render_dockerfile
 from orchestrator.resources import probe_source
 from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
-from orchestrator.stages.wheelhouse import TargetPlatform, Wheel, collect_wheels
+from orchestrator.stages.debhouse import DEBS_DIR, Deb, collect_debs
+from orchestrator.stages.wheelhouse import TargetPlatform, Wheel, collect_wheels, default_cache_dir
 from orchestrator.vendor import InstallerWheel
 
 MARKER = ".orch-render.json"
@@ -45,6 +47,8 @@ class RenderedContext:
     dockerfile: str
     wheels: tuple[Wheel, ...]
     code: CodeState
+    #: The toolchain's .deb files in `toolchain-debs/` (wheelhouse builds with extensions), sorted by name.
+    debs: tuple[Deb, ...] = ()
 
 
 def _replace_folder(staging: Path, out: Path) -> None:
@@ -72,7 +76,10 @@ def write_context(
     ca_bundle: Path | None = None,
     cache: Path | None = None,
     code: CodeState | None = None,
+    engine: Engine | None = None,
+    base_id: str | None = None,
 ) -> RenderedContext:
+    """`engine` and `base_id` (the base image's id) are needed only when the plan collects toolchain debs."""
     code = code or inspect_code(loaded)
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +137,17 @@ def write_context(
                     cache=cache,
                     lock_file=toolchain,
                 )
+        debs: list[Deb] = []
+        if plan.toolchain_debs and plan.extensions is not None:
+            if engine is None or base_id is None:
+                raise BadInput("the toolchain's Debian packages are collected through the engine: none was given")
+            debs = collect_debs(
+                engine,
+                base_id,
+                plan.extensions.toolchain_apt_packages,
+                staging / DEBS_DIR,
+                cache=cache or default_cache_dir(),
+            )
         if plan.ca_bundle:
             if ca_bundle is None or not ca_bundle.is_file():
                 raise BadInput(f"--ca-bundle {ca_bundle} is not a file")
@@ -149,10 +167,11 @@ def write_context(
             # Symlinks inside the dossier's folder that were followed: the context holds their content.
             "links": dict(sorted(loaded.links.items())),
             "wheels": [{"file": w.file_name, "sha256": w.sha256} for w in wheels],
+            "debs": [{"file": d.file_name, "sha256": d.sha256} for d in debs],
         }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return RenderedContext(directory=out, dockerfile=dockerfile, wheels=tuple(wheels), code=code)
+    return RenderedContext(directory=out, dockerfile=dockerfile, wheels=tuple(wheels), code=code, debs=tuple(debs))

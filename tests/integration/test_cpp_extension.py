@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine import Engine, RunSpec
+from orchestrator.errors import EXIT_BAD_INPUT, BadInput
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.report.write import read_report
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
+from orchestrator.stages.debhouse import STEP, collect_debs
 from tests.integration.helpers import SESSION_TAG_NAMESPACE, orch
 from tests.paths import EXAMPLES
 
@@ -53,6 +55,28 @@ def test_the_example_passes_four_stages_and_records_its_toolchain(rebuilt: Path)
     markdown = (rebuilt / "report.md").read_text()
     # Markdown escapes the underscore: the report names the extension in both stages' lines
     assert "extension gate\\_ext in the image" in markdown and "extension gate\\_ext: gate matches" in markdown
+
+
+def test_the_toolchain_came_from_the_context_and_the_build_ran_offline(rebuilt: Path) -> None:
+    context = _read_build(rebuilt).context
+    assert context.install_mode == "wheelhouse" and context.network == "none"
+    packages = {deb.package: deb for deb in context.debs}
+    assert {"g++-12", "gcc-12", "python3.11-dev"} <= set(packages), sorted(packages)
+    assert packages["g++-12"].version.startswith("12.") and packages["g++-12"].file.startswith("g++-12_")
+    assert all(len(deb.sha256) == 64 for deb in context.debs)
+    files = sorted(path.name for path in (rebuilt / "context" / "toolchain-debs").iterdir())
+    assert files == sorted(deb.file for deb in context.debs)
+
+
+def test_a_package_the_base_archive_lacks_is_one_clear_error(
+    engine: Engine, base_image: BaseOutcome, tmp_path: Path, no_leftover_containers: None
+) -> None:
+    with pytest.raises(BadInput) as raised:
+        collect_debs(engine, base_image.image_id, ("orch-no-such-package",), tmp_path / "debs", cache=tmp_path / "c")
+    message = str(raised.value)
+    assert message.startswith(STEP) and "no package orch-no-such-package" in message, message
+    assert raised.value.exit_code == EXIT_BAD_INPUT
+    assert not (tmp_path / "c" / "debs").exists() or not any((tmp_path / "c" / "debs").iterdir())
 
 
 def test_the_runtime_image_contains_no_compiler(engine: Engine, rebuilt: Path) -> None:
@@ -107,7 +131,8 @@ def test_a_toolchain_change_rebuilds_from_the_toolchain_step_and_is_read_from_th
     log = (tmp_path / "out" / "build.log").read_text()
     steps = re.split(r"(?m)^Step (\d+)/\d+ : ", log)[1:]
     cached = {int(number): "Using cache" in body for number, body in zip(steps[::2], steps[1::2], strict=True)}
-    toolchain = next(int(n) for n, body in zip(steps[::2], steps[1::2], strict=True) if "g++-11" in body)
+    # The toolchain step copies the collected .deb files (g++-11's now): a changed context from here on.
+    toolchain = next(int(n) for n, body in zip(steps[::2], steps[1::2], strict=True) if "toolchain-debs" in body)
     assert all(cached[n] for n in cached if n < toolchain and n > 2), cached
     assert not cached[toolchain]
     inventory = _read_build(tmp_path / "out").inventory

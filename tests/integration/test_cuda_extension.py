@@ -66,6 +66,15 @@ def test_cuda_extension_builds_offline_and_records_nvcc_and_the_archs_read_from_
     record = _record(out)
     assert record.image is not None and record.failure is None
     dockerfile = (out / "context" / "Dockerfile").read_text()
+    # The build ran with no network at all: the compilers too came from the context (.deb files the host
+    # collected from the base's archive, stages/debhouse.py), recorded with their sha256.
+    assert record.context.network == "none" and "apt-get install" not in dockerfile
+    packages = {deb.package: deb for deb in record.context.debs}
+    assert {"g++-12", "gcc-12", "python3.11-dev"} <= set(packages), sorted(packages)
+    assert all(len(deb.sha256) == 64 for deb in record.context.debs)
+    assert sorted(p.name for p in (out / "context" / "toolchain-debs").iterdir()) == sorted(
+        deb.file for deb in record.context.debs
+    )
     # No install reaches an index: the venv (uv) and the toolchain wheels (pip --target) both install from
     # the wheelhouse the host collected.
     assert dockerfile.count("--no-index") == 2 and "--target /opt/orch/cuda-wheels" in dockerfile

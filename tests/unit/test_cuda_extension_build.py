@@ -20,7 +20,7 @@ from orchestrator.dossier.coherence import nvcc_wheel_name
 from orchestrator.dossier.load import load_dossier
 from orchestrator.errors import DossierError
 from orchestrator.model.inventory import parse_inventory
-from orchestrator.plan.build import make_plan
+from orchestrator.plan.build import default_build_network, make_plan
 from orchestrator.render.dockerfile import render_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,9 +142,11 @@ def test_nvcc_from_wheels_is_installed_in_the_builder_only(folder: Path) -> None
     plan = make_plan(load_dossier(folder / "dossier-cuda.yaml"))
     text = render_dockerfile(plan)
     builder, final = text.split("# ---- final image", 1)
-    # order: the venv, the compilers (apt), the toolchain wheels (hashes, no index), the build
+    # order: the venv, the compilers (the host's collected .deb files), the toolchain wheels (hashes, no
+    # index), the build; with nothing fetched in the build, it runs with no network
     venv = builder.index("-r /tmp/orch/requirements.lock")
-    apt = builder.index("g++-12 gcc-12 python3.11-dev")
+    apt = builder.index("RUN dpkg -i /tmp/orch/toolchain-debs/*.deb")
+    assert default_build_network(plan) == "none"
     wheels = builder.index(
         "--no-index --find-links /tmp/orch/toolchain-wheels --require-hashes \\\n"
         "      --target /opt/orch/cuda-wheels -r /tmp/orch/toolchain.lock"

@@ -116,13 +116,31 @@ def test_the_builder_gets_the_toolchain_after_the_venv_and_the_runtime_only_the_
     plan = make_plan(load_dossier(folder / "dossier.yaml"))
     text = render_dockerfile(plan)
     builder, final = text.split("# ---- final image", 1)
-    assert "apt-get install -y --no-install-recommends g++-12 gcc-12 python3.11-dev" in builder
+    # wheelhouse mode: the .deb files the host collected, installed without apt's archive (stages/debhouse.py)
+    assert "apt-get update" not in builder and "apt-get install" not in builder
+    assert "# g++-12 gcc-12 python3.11-dev and what they need" in builder
+    toolchain = builder.index(
+        "COPY toolchain-debs /tmp/orch/toolchain-debs\nRUN dpkg -i /tmp/orch/toolchain-debs/*.deb"
+    )
     # the toolchain step comes after pip's install, so a toolchain change keeps the venv layers
-    assert builder.index("pip install") < builder.index("g++-12") < builder.index("build_extensions.py /tmp/orch")
+    assert builder.index("pip install") < toolchain < builder.index("build_extensions.py /tmp/orch")
     assert 'CC="gcc-12" CXX="g++-12" MAX_JOBS="2"' in builder
     assert "gcc" not in final.split("LABEL", 1)[0].replace("gate", "")
+    assert "toolchain-debs" not in final
     assert "COPY --from=builder /opt/orch/ext /opt/orch/ext" in final
-    assert default_build_network(plan) == "default"  # apt needs the archive
+    assert plan.toolchain_debs and default_build_network(plan) == "none"  # nothing left that needs a network
+
+
+def test_an_online_build_installs_the_toolchain_with_apt_on_the_default_network(folder: Path) -> None:
+    path = folder / "dossier.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["python"]["install"] = "online"
+    path.write_text(yaml.safe_dump(doc))
+    plan = make_plan(load_dossier(path))
+    builder = render_dockerfile(plan).split("# ---- final image", 1)[0]
+    assert "apt-get install -y --no-install-recommends g++-12 gcc-12 python3.11-dev" in builder
+    assert "toolchain-debs" not in builder
+    assert not plan.toolchain_debs and default_build_network(plan) == "default"  # apt needs the archive
 
 
 def test_only_the_toolchain_line_changes_with_gcc(folder: Path) -> None:

@@ -21,10 +21,12 @@ RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_
 
 # ---- the toolchain: compilers for the compiled extensions, in this stage only ----
 # After the venv, so that a toolchain change rebuilds from here on and keeps the layers above.
-# hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends g++-12 gcc-12 python3.11-dev \
- && rm -rf /var/lib/apt/lists/*
+# g++-12 gcc-12 python3.11-dev and what they need that the base lacks: .deb files the host
+# collected from the base's own archive (apt-get --download-only in the base, sha256 in build.json), so
+# this step needs no network.
+COPY toolchain-debs /tmp/orch/toolchain-debs
+RUN dpkg -i /tmp/orch/toolchain-debs/*.deb \
+ && rm -rf /tmp/orch/toolchain-debs
 # nvcc and the CUDA headers from NVIDIA's wheels (build.toolchain.requirements, hashes checked), into this
 # stage only: /opt/orch/cuda-wheels is never copied to the final image.
 COPY toolchain.lock /tmp/orch/toolchain.lock
