@@ -13,11 +13,13 @@ COPY requirements.lock /tmp/orch/requirements.lock
 # Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
 COPY wheels /tmp/orch/wheels
 # uv, unpacked from its own hash-pinned wheel (collected with the others) and never installed: it installs
-# the lock in parallel and compiles the bytecode (start-up needs it: the venv is read-only at run time).
+# the lock in parallel; then the bytecode is compiled (start-up needs it: the venv is read-only at run time).
 RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl /tmp/orch/uv \
  && chmod 0755 /tmp/orch/uv/uv-0.13.9.data/scripts/uv \
  && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index \
-      --find-links /tmp/orch/wheels --require-hashes --compile-bytecode -r /tmp/orch/requirements.lock
+      --find-links /tmp/orch/wheels --require-hashes -r /tmp/orch/requirements.lock \
+ && { /opt/venv/bin/python -m compileall -q -j 0 -x '/tests/' /opt/venv/lib/python3.11/site-packages \
+      || echo 'orch: the files above did not compile to bytecode; Python compiles them at import'; }
 
 # ---- final image: runtime OS packages, the venv, the code ----
 FROM orch/debian-python:bookworm
