@@ -32,9 +32,32 @@ def _read_build(out: Path) -> BuildRecord:
 @pytest.fixture(scope="module")
 def rebuilt(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cpp-extension") / "out"
-    result = orch("rebuild", str(EXAMPLE / "dossier.yaml"), "--out", str(out))
+    # Cold (--no-cache): test_two_cold_builds_give_one_environment compares it with a second cold build.
+    result = orch("rebuild", str(EXAMPLE / "dossier.yaml"), "--out", str(out), "--no-cache")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out
+
+
+def test_two_cold_builds_give_one_environment(rebuilt: Path, tmp_path: Path) -> None:
+    """Issue 15 for this CPU example too: the venv, the app and the compiled object (/opt/orch/ext, one of the
+    digest's roots) come out byte for byte the same from two cold builds, gcc's output included."""
+    again = orch(
+        "build",
+        str(EXAMPLE / "dossier.yaml"),
+        "--out",
+        str(tmp_path / "again"),
+        "--no-cache",
+        "--tag",
+        f"{SESSION_TAG_NAMESPACE}/cpp-extension:again",
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    first, second = _read_build(rebuilt), _read_build(tmp_path / "again")
+    assert not second.reused and second.cache.cached < second.cache.steps
+    assert first.inventory is not None and second.inventory is not None
+    one, two = first.inventory.environment, second.inventory.environment
+    assert one is not None and two is not None
+    assert one.digest == two.digest, "two cold builds of cpp-extension installed different files"
+    assert one.files == two.files and one.files > 1000
 
 
 def test_the_example_passes_four_stages_and_records_its_toolchain(rebuilt: Path) -> None:
