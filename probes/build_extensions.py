@@ -120,7 +120,11 @@ def main(spec_file: str, sources: str, out: str) -> int:
     modules = []
     for extension in spec["extensions"]:
         kind = CUDAExtension if extension["language"] == "cuda" else CppExtension
-        flags: dict[str, list[str]] = {"cxx": list(extension["cxx_flags"])}
+        # -g0 first: Python's own CFLAGS carry -g, and GCC 12's debug location lists differ by a few bytes
+        # between two builds of the same source (measured on cpp-extension: 5 bytes of .debug_loclists, so
+        # the build-id too), which would make two cold builds two environments. A shipped extension needs
+        # no debug sections; a dossier's own -g, after it, still wins.
+        flags: dict[str, list[str]] = {"cxx": ["-g0", *extension["cxx_flags"]]}
         if extension["language"] == "cuda":
             flags["nvcc"] = list(extension["nvcc_flags"])
         modules.append(
