@@ -474,46 +474,53 @@ class DockerEngine:
         # runs unprivileged, without capabilities and without any network but its own loopback.
         container = None
         try:
-            container = self._client.containers.create(
-                spec.image,
-                command=list(spec.command),
-                environment={"PYTHONUNBUFFERED": "1"},
-                network_mode="none",
-                user=spec.user,
-                labels={**self._labels, MANAGED_LABEL: "true", f"{LABEL_PREFIX}.role": "wheel-feed"},
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                mem_limit="1g",
-                memswap_limit="1g",
-                pids_limit=64,
-                detach=True,
-            )
-            container.put_archive("/", files)
-            container.start()
-            deadline = time.monotonic() + FEED_START_TIMEOUT_S
-            while True:
-                container.reload()
-                logs = container.logs(stdout=True, stderr=True)[-4096:].decode("utf-8", errors="replace")
-                if spec.ready_line in logs:
-                    break
-                if container.status != "running" or time.monotonic() > deadline:
-                    last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
-                    raise EnvironmentFailure(
-                        f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
-                        hint=_FEED_HINT,
-                    )
-                time.sleep(0.05)
+            # Errors of starting the feed are named here; the build in the `with` body reports its own.
+            try:
+                container = self._client.containers.create(
+                    spec.image,
+                    command=list(spec.command),
+                    environment={"PYTHONUNBUFFERED": "1"},
+                    network_mode="none",
+                    user=spec.user,
+                    labels={**self._labels, MANAGED_LABEL: "true", f"{LABEL_PREFIX}.role": "wheel-feed"},
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    mem_limit="1g",
+                    memswap_limit="1g",
+                    pids_limit=64,
+                    detach=True,
+                )
+                container.put_archive("/", files)
+                container.start()
+                self._wait_for_feed(container, spec)
+            except docker.errors.ImageNotFound:
+                raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
+            except docker.errors.APIError as exc:
+                raise EnvironmentFailure(
+                    f"starting orch's wheel feed failed: {redact(str(exc.explanation))}", hint=_FEED_HINT
+                ) from None
             yield str(container.id)
-        except docker.errors.ImageNotFound:
-            raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=_IMAGE_REMOVED_HINT) from None
-        except docker.errors.APIError as exc:
-            raise EnvironmentFailure(
-                f"starting orch's wheel feed failed: {redact(str(exc.explanation))}", hint=_FEED_HINT
-            ) from None
         finally:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     container.remove(force=True)
+
+    @staticmethod
+    def _wait_for_feed(container: Any, spec: FeedSpec) -> None:
+        """Until the feed prints `ready_line`; a feed that exits or stays silent is one clear error."""
+        deadline = time.monotonic() + FEED_START_TIMEOUT_S
+        while True:
+            container.reload()
+            logs = container.logs(stdout=True, stderr=True)[-4096:].decode("utf-8", errors="replace")
+            if spec.ready_line in logs:
+                return
+            if container.status != "running" or time.monotonic() > deadline:
+                last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
+                raise EnvironmentFailure(
+                    f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
+                    hint=_FEED_HINT,
+                )
+            time.sleep(0.05)
 
     # -- containers --------------------------------------------------------------------------------
 
