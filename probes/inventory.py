@@ -35,11 +35,22 @@ def _read(path):
         return None
 
 
-def pip_section():
+PIP_RUNS = (("freeze", ("freeze", "--all")), ("inspect", ("inspect",)), ("check", ("check",)))
+
+
+def start_pip_runs(pool):
+    """pip's three reports, each in its own process started from a thread of `pool`: they take about two
+    seconds of interpreter start-up and metadata reading, which overlap the environment's hashing in the main
+    thread (subprocess.run waits without the GIL) instead of adding to it."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    freeze = _run([*pip, "freeze", "--all"])
-    inspect = _run([*pip, "inspect"])
-    check = _run([*pip, "check"])
+    return {name: pool.submit(_run, [*pip, *args]) for name, args in PIP_RUNS}
+
+
+def pip_section(started=None):
+    if started is None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(PIP_RUNS)) as pool:
+            return pip_section(start_pip_runs(pool))
+    freeze, inspect, check = (started[name].result() for name, _ in PIP_RUNS)
     section = {
         "freeze": freeze["stdout"].splitlines() if freeze["ok"] else None,
         "freeze_error": None if freeze["ok"] else (freeze.get("stderr") or freeze.get("error")),
@@ -411,18 +422,22 @@ def main():
         "machine": platform.machine(),
         "libc": "-".join(platform.libc_ver()),
     }
-    sections = (("pip", pip_section), ("os", os_section), ("backend", backend_section))
-    if os.path.isdir(EXT_DIR):
-        sections += (("extensions", extensions_section),)
-    # Asked for by orch's own images only (`--environment`): `orch record` runs this probe on a reference
-    # interpreter, whose prefix may be /usr or a large conda folder that nothing compares against.
-    if ENVIRONMENT_FLAG in sys.argv[1:]:
-        sections += (("environment", environment_section),)
-    for name, section in sections:
-        try:
-            result[name] = section()
-        except Exception as exc:  # a probe reports, it does not crash
-            result[name] = {"error": repr(exc)}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(PIP_RUNS)) as pool:
+        pip_runs = start_pip_runs(pool)
+        sections = (("os", os_section), ("backend", backend_section))
+        if os.path.isdir(EXT_DIR):
+            sections += (("extensions", extensions_section),)
+        # Asked for by orch's own images only (`--environment`): `orch record` runs this probe on a reference
+        # interpreter, whose prefix may be /usr or a large conda folder that nothing compares against.
+        if ENVIRONMENT_FLAG in sys.argv[1:]:
+            sections += (("environment", environment_section),)
+        # pip last: its runs go on in the background while the other sections read and hash.
+        sections += (("pip", lambda: pip_section(pip_runs)),)
+        for name, section in sections:
+            try:
+                result[name] = section()
+            except Exception as exc:  # a probe reports, it does not crash
+                result[name] = {"error": repr(exc)}
     print(json.dumps(result))
 
 

@@ -270,8 +270,10 @@ def default_tag(loaded: LoadedDossier, namespace: str = "orch") -> str:
 #: The feed listens on its own container's loopback; the build's steps join that network namespace.
 FEED_PORT = 8470
 FEED_URL = f"http://127.0.0.1:{FEED_PORT}/"
-#: What the feed serves, from the rendered context: the lock and the wheelhouse, nothing else.
-FEED_PATHS = ("requirements.lock", "wheels")
+#: The feed build's copier (probes/feed_fetch.py), written at the context's top level for the feed only.
+FEED_FETCH = "feed_fetch.py"
+#: What the feed serves, from the rendered context: the lock, the wheelhouse and the copier, nothing else.
+FEED_PATHS = ("requirements.lock", "wheels", FEED_FETCH)
 
 
 def wheel_feed_refusal(plan: BuildPlan) -> str | None:
@@ -279,8 +281,8 @@ def wheel_feed_refusal(plan: BuildPlan) -> str | None:
 
     The feed removes the builder stage's second copy of the venv (its commit, then `COPY --from` and a
     second commit: two thirds of a cold build, docs/benchmarks.md) while keeping the wheels out of every
-    layer. It needs what the one-stage install needs: the locked wheels (wheelhouse mode), uv (it reads
-    `--find-links` over HTTP and compiles the bytecode), a base image with its own Python (the feed runs it),
+    layer. It needs what the one-stage install needs: the locked wheels (wheelhouse mode), uv (it installs
+    what the feed serves), a base image with its own Python (the feed runs it),
     and no apt step (the feed's namespace has no outside network); an extension build keeps its builder stage.
     """
     if plan.install_mode != "wheelhouse":

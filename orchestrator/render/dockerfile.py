@@ -6,9 +6,16 @@ and a fixed environment make the same plan give byte-identical output.
 
 from __future__ import annotations
 
+import hashlib
+
 from orchestrator import __version__
-from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, FEED_URL, BuildPlan
-from orchestrator.resources import render_template, templates_root
+from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, FEED_FETCH, FEED_URL, BuildPlan
+from orchestrator.resources import probe_source, render_template, templates_root
+
+
+def feed_fetch_source() -> bytes:
+    """The feed build's wheel copier, as written into the context and checked by the install step."""
+    return probe_source(FEED_FETCH).encode("utf-8")
 
 
 def render_dockerfile(plan: BuildPlan) -> str:
@@ -23,5 +30,7 @@ def render_dockerfile(plan: BuildPlan) -> str:
         ext_out=EXT_OUT,
         cuda_wheels=CUDA_WHEELS,
         feed_url=FEED_URL,
+        feed_fetch=FEED_FETCH,
+        feed_fetch_sha256=hashlib.sha256(feed_fetch_source()).hexdigest() if plan.wheel_feed else "",
     )
     return text.rstrip("\n") + "\n"

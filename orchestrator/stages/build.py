@@ -42,6 +42,7 @@ from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.inventory import Inventory, InventoryDiff, diff_inventories
 from orchestrator.plan.build import (
     CONTEXT_DIGEST_LABEL,
+    FEED_FETCH,
     FEED_PATHS,
     LABEL_PREFIX,
     BuildSteps,
@@ -168,7 +169,7 @@ def run_build(
             # The feed serves the lock and the wheels; the context the engine receives leaves the wheels out.
             served = context_tar(rendered.directory, only=FEED_PATHS, prefix="feed")
             with served.file, engine.wheel_feed(steps.feed, served.file) as feed:
-                kept = [entry.name for entry in rendered.directory.iterdir() if entry.name != "wheels"]
+                kept = [entry.name for entry in rendered.directory.iterdir() if entry.name not in ("wheels", FEED_FETCH)]
                 outcome = _engine_build(
                     engine, steps, context_tar(rendered.directory, only=kept), digest, on_line, feed
                 )

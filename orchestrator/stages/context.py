@@ -21,8 +21,8 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput
-from orchestrator.plan.build import EXT_OUT, BuildPlan
-from orchestrator.render.dockerfile import render_dockerfile
+from orchestrator.plan.build import EXT_OUT, FEED_FETCH, BuildPlan
+from orchestrator.render.dockerfile import feed_fetch_source, render_dockerfile
 from orchestrator.resources import probe_source
 from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
 from orchestrator.stages.debhouse import DEBS_DIR, Deb, collect_debs
@@ -153,6 +153,9 @@ def write_context(
                 raise BadInput(f"--ca-bundle {ca_bundle} is not a file")
             (staging / "orch").mkdir(exist_ok=True)
             shutil.copyfile(ca_bundle, staging / "orch" / "ca-bundle.pem")
+        if plan.wheel_feed:
+            # Served by the feed with the lock and the wheels; the install step checks its sha256 first.
+            (staging / FEED_FETCH).write_bytes(feed_fetch_source())
         if plan.extensions is not None:
             # What the builder's extension step runs: the spec from the dossier and orch's build script.
             (staging / "orch").mkdir(exist_ok=True)

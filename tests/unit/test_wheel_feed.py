@@ -23,7 +23,7 @@ from orchestrator.engine.docker_engine import _build_network_mode
 from orchestrator.engine.fake import FakeEngine, ScriptedRun
 from orchestrator.model.build_record import CodeRef
 from orchestrator.plan.build import FEED_URL, make_build_steps, make_plan, wheel_feed_refusal
-from orchestrator.render.dockerfile import render_dockerfile
+from orchestrator.render.dockerfile import feed_fetch_source, render_dockerfile
 from orchestrator.stages.build_context import context_tar
 from tests.paths import EXAMPLES
 from tests.probe_outputs import inventory_output
@@ -83,11 +83,17 @@ def test_the_feed_dockerfile_has_one_stage_and_no_wheel_in_any_layer() -> None:
     text = render_dockerfile(plan)
     assert [line for line in text.splitlines() if line.startswith("FROM ")] == ["FROM orch/debian-python:bookworm"]
     assert "COPY wheels" not in text and "COPY requirements.lock" not in text and "--from=builder" not in text
-    assert f"--find-links {FEED_URL}wheels/" in text and "--require-hashes" in text
-    # The step's text carries the lock's and uv's sha256: a lock change misses the engine's cache for it.
+    # The copier brings the wheels into a local folder first: uv unpacks local files in parallel.
+    assert f"/tmp/orch/feed_fetch.py {FEED_URL}wheels/ /tmp/orch/wheels" in text
+    assert "--find-links /tmp/orch/wheels --require-hashes" in text
+    # The step's text carries the lock's, uv's and the copier's sha256: a change to any misses the cache.
     lock = loaded.resolve(loaded.model.python.requirements).read_bytes()
     assert hashlib.sha256(lock).hexdigest() in text
     assert plan.uv is not None and plan.uv.sha256 in text
+    assert f"feed_fetch.py {hashlib.sha256(feed_fetch_source()).hexdigest()}" in text
+    # The venv is seeded by uv with ensurepip's own wheels, ensurepip itself if that fails.
+    assert "-m venv --without-pip /opt/venv" in text and "-r /tmp/orch/seed.txt" in text
+    assert "/opt/venv/bin/python -m ensurepip --upgrade --default-pip" in text
     assert re.search(r"&& rm -rf /tmp/orch$", text, re.MULTILINE), "uv and the lock leave the image with the step"
 
 
@@ -130,6 +136,7 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     (context / "app" / "embed.py").write_text("print(1)\n")
     (context / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"wheel")
     (context / "requirements.lock").write_text("a==1\n")
+    (context / "feed_fetch.py").write_bytes(feed_fetch_source())
     monkeypatch.setattr(build_module, "inspect_code", lambda loaded: state)
 
     def rendered(loaded_: object, plan: object, directory: Path, **kwargs: object) -> RenderedContext:
@@ -148,10 +155,16 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     record = build_module.run_build(loaded, engine, build_module.BuildOptions(out=tmp_path / "out"))
     [(spec, served)] = engine.feeds
     assert spec.image == base.id
-    assert served == ["feed", "feed/requirements.lock", "feed/wheels", "feed/wheels/a-1-py3-none-any.whl"]
+    assert served == [
+        "feed",
+        "feed/feed_fetch.py",
+        "feed/requirements.lock",
+        "feed/wheels",
+        "feed/wheels/a-1-py3-none-any.whl",
+    ]
     [(_, network, _)] = engine.builds
     assert network == "wheel-feed" and record.context.network == "wheel-feed"
     [sent] = engine.contexts
-    assert not any(name.startswith("wheels") for name in sent), sent
+    assert not any(name.startswith("wheels") for name in sent) and "feed_fetch.py" not in sent, sent
     assert "Dockerfile" in sent and "app/embed.py" in sent
     assert not engine.feeds_running, "the feed is gone once the build returns"

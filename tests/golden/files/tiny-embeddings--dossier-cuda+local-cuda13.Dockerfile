@@ -8,7 +8,7 @@ FROM orch/debian-python:bookworm AS builder
 # Opening labels mark every layer of this temporary stage, failed builds' included, so it can be found.
 LABEL io.orch.stage="builder"
 
-RUN python3.11 -m venv /opt/venv
+RUN python3.11 -m venv --without-pip /opt/venv
 COPY requirements.lock /tmp/orch/requirements.lock
 # Wheelhouse mode: the host downloaded exactly the locked wheels (hashes checked); no network is needed.
 COPY wheels /tmp/orch/wheels
@@ -16,6 +16,9 @@ COPY wheels /tmp/orch/wheels
 # the lock in parallel; then the bytecode is compiled (start-up needs it: the venv is read-only at run time).
 RUN python3.11 -m zipfile -e /tmp/orch/wheels/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl /tmp/orch/uv \
  && chmod 0755 /tmp/orch/uv/uv-0.13.9.data/scripts/uv \
+ && { python3.11 -c "import ensurepip as e, os, sys; ps = e._get_packages(); fs = {n: p.wheel_path or os.path.join(os.path.dirname(e.__file__), '_bundled', p.wheel_name) for n, p in ps.items()}; sys.exit(1) if not fs or not all(map(os.path.isfile, fs.values())) else open('/tmp/orch/seed.txt', 'w').write(''.join(sorted({'--find-links ' + os.path.dirname(f) + chr(10) for f in fs.values()})) + ''.join(n + '==' + ps[n].version + chr(10) for n in sorted(ps)))" \
+      && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index --no-deps -r /tmp/orch/seed.txt \
+      || { echo 'orch: seeding the venv from ensurepip instead'; /opt/venv/bin/python -m ensurepip --upgrade --default-pip; }; } \
  && /tmp/orch/uv/uv-0.13.9.data/scripts/uv pip install --python /opt/venv/bin/python --no-cache --no-index \
       --find-links /tmp/orch/wheels --require-hashes -r /tmp/orch/requirements.lock \
  && { /opt/venv/bin/python -m compileall -q -j 0 -x '/tests/' /opt/venv/lib/python3.11/site-packages \
