@@ -169,7 +169,9 @@ def run_build(
             # The feed serves the lock and the wheels; the context the engine receives leaves the wheels out.
             served = context_tar(rendered.directory, only=FEED_PATHS, prefix="feed")
             with served.file, engine.wheel_feed(steps.feed, served.file) as feed:
-                kept = [entry.name for entry in rendered.directory.iterdir() if entry.name not in ("wheels", FEED_FETCH)]
+                kept = [
+                    entry.name for entry in rendered.directory.iterdir() if entry.name not in ("wheels", FEED_FETCH)
+                ]
                 outcome = _engine_build(
                     engine, steps, context_tar(rendered.directory, only=kept), digest, on_line, feed
                 )
