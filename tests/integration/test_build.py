@@ -41,7 +41,9 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return sorted(folder.glob("*.whl"))
 
 
-def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: tuple[BuildRecord, Path]) -> None:
+def test_cold_wheelhouse_build_is_hermetic_and_recorded(
+    engine: Engine, cold_wheelhouse_build: tuple[BuildRecord, Path]
+) -> None:
     record, out = cold_wheelhouse_build
     assert record.status == "passed", record.failure
     # The wheelhouse build reads its wheels from orch's feed over the loopback it shares, and nothing else
@@ -71,8 +73,18 @@ def test_cold_wheelhouse_build_is_hermetic_and_recorded(cold_wheelhouse_build: t
     assert inventory.backend.torch == "2.13.0+cpu" and inventory.backend.torch_cuda is None
     assert all(check.passed for check in record.checks) and len(record.checks) == 4
     assert read_record(out / "build.json") == record
-    assert "Step 1/" in (out / "build.log").read_text()
+    log = (out / "build.log").read_text()
+    assert "Step 1/" in log
     assert "torch==2.13.0+cpu" in (out / "pip-freeze.txt").read_text().splitlines()
+    # The step copied the wheels locally, seeded the venv with uv from the base's ensurepip wheels (no
+    # fallback to ensurepip's slower run on this base), and deleted the wheels, the lock and uv with it.
+    assert "orch wheel feed: 12 wheels copied from http://127.0.0.1:8470/wheels/" in log
+    assert not any(line.startswith("orch: seeding the venv from ensurepip") for line in log.splitlines())
+    assert any(line.startswith("pip==") for line in inventory.pip_freeze), "the venv has its pip, as venv gives"
+    leftovers = engine.run(
+        RunSpec(image=record.image.id, command=["sh", "-c", "ls /tmp/orch 2>&1; find /opt /tmp -name '*.whl'; true"])
+    )
+    assert "No such file or directory" in leftovers.stdout and ".whl" not in leftovers.stdout, leftovers.stdout
 
 
 def test_warm_rebuild_reuses_the_image_and_says_so(
