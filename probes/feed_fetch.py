@@ -25,9 +25,6 @@ import urllib.parse
 import urllib.request
 
 WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
-# uv writes a local wheel's mtime into the installed dist-info's uv_cache.json: one fixed mtime (the build
-# context's, 2000-01-01) makes that file the same bytes in every build instead of the time of this copy.
-FIXED_MTIME = 946684800
 CHUNK = 1 << 20
 WORKERS = 4
 
@@ -54,7 +51,6 @@ def fetch(url: str, dest: str, name: str) -> None:
             if not chunk:
                 break
             out.write(chunk)
-    os.utime(partial, (FIXED_MTIME, FIXED_MTIME))
     os.replace(partial, target)
 
 
