@@ -75,9 +75,11 @@ def test_cuda_extension_builds_offline_and_records_nvcc_and_the_archs_read_from_
     assert sorted(p.name for p in (out / "context" / "toolchain-debs").iterdir()) == sorted(
         deb.file for deb in record.context.debs
     )
-    # No install reaches an index: the venv (uv) and the toolchain wheels (pip --target) both install from
-    # the wheelhouse the host collected.
-    assert dockerfile.count("--no-index") == 2 and "--target /opt/orch/cuda-wheels" in dockerfile
+    # No install reaches an index: the venv's seed (uv, the base's ensurepip wheels), the venv (uv) and the
+    # toolchain wheels (pip --target) all install from local wheels: every install line says --no-index.
+    installs = dockerfile.count("pip install ")
+    assert installs == 3 and dockerfile.count("--no-index") == installs, dockerfile
+    assert "--target /opt/orch/cuda-wheels" in dockerfile
     assert "--find-links /tmp/orch/wheels " in dockerfile and "--find-links /tmp/orch/toolchain-wheels " in dockerfile
     assert sorted(p.name.split("-")[0] for p in (out / "context" / "toolchain-wheels").iterdir()) == [
         "nvidia_cuda_cccl",
