@@ -46,10 +46,8 @@ def start_pip_runs(pool):
     return {name: pool.submit(_run, [*pip, *args]) for name, args in PIP_RUNS}
 
 
-def pip_section(started=None):
-    if started is None:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(PIP_RUNS)) as pool:
-            return pip_section(start_pip_runs(pool))
+def pip_section(started):
+    """The pip section from the runs `start_pip_runs` began (main starts them before the other sections)."""
     freeze, inspect, check = (started[name].result() for name, _ in PIP_RUNS)
     section = {
         "freeze": freeze["stdout"].splitlines() if freeze["ok"] else None,
