@@ -1,42 +1,71 @@
 """The engine interface: every side effect on a container engine goes through it.
 
-Only `orchestrator.engine.docker_engine` imports the Docker SDK. Pure stages never see an engine;
-commands receive one from `connect()`, which is also the place where "no engine answers" becomes a
-clear `EngineUnavailable` (exit 3).
+Only the Docker adapter (`orchestrator.engine.docker_*`) imports the Docker SDK. Pure stages never see an
+engine; commands receive one from `connect()`, which is also the place where "no engine answers" becomes a
+clear `EngineUnavailable` (exit 3). The engine owns Docker calls only: each member executes a typed request
+(requests.py; containers in plan/specs.py, their hardening and limits included), and every rule of *when*
+(pull only by digest, untag only a name the image keeps another of) is its caller's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Protocol, Self
+from dataclasses import dataclass
+from typing import IO, Protocol
 
-from orchestrator.plan.specs import BuildNetwork, FeedSpec, Mount, Network, RunSpec
+from orchestrator.engine.requests import (
+    BuildRequest,
+    CopyOut,
+    EngineSettings,
+    PullRequest,
+    RegistryAuth,
+    RemoveContainers,
+    RemoveImage,
+    RootfsImport,
+)
+from orchestrator.errors import ImageNotBuilt
+from orchestrator.plan.specs import HARDENED, BuildNetwork, Hardening, Mount, Network, RunSpec, ServiceSpec
 from orchestrator.untrusted import exited
 
 __all__ = [
+    "HARDENED",
+    "IMAGE_REMOVED_HINT",
     "MANAGED_LABEL",
     "BuildNetwork",
     "BuildOutcome",
+    "BuildRequest",
+    "Connection",
+    "CopyOut",
     "Engine",
     "EngineInfo",
-    "FeedSpec",
+    "EngineSettings",
+    "Hardening",
     "ImageInfo",
     "LayerEntry",
     "Mount",
     "Network",
+    "PullRequest",
     "RegistryAuth",
+    "RemoveContainers",
+    "RemoveImage",
+    "RootfsImport",
     "RunOutcome",
     "RunSpec",
+    "ServiceSpec",
     "connect",
     "describe_exit",
+    "image_layers",
     "memory_words",
 ]
 
 #: Every container and temporary image orch creates carries this label, so cleanup can find them.
 MANAGED_LABEL = "io.orch.managed"
+#: Said when an image orch built or was given is gone from the engine while in use.
+IMAGE_REMOVED_HINT = (
+    "The image was removed by another user or process (docker rmi or a prune on the shared engine) while orch "
+    "was using it; run the command again."
+)
 
 
 @dataclass(frozen=True)
@@ -50,30 +79,6 @@ class EngineInfo:
 
 
 @dataclass(frozen=True)
-class ImageInfo:
-    id: str
-    tags: tuple[str, ...]
-    labels: Mapping[str, str]
-    env: Mapping[str, str]
-    repo_digests: tuple[str, ...]
-    size: int
-
-
-@dataclass(frozen=True)
-class RegistryAuth:
-    """Credentials for one registry, read from environment variables at the moment of use, never stored.
-
-    `repr` hides the password, so a traceback or a debug print of a value holding it shows nothing secret.
-    """
-
-    username: str
-    password: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return f"RegistryAuth(username={self.username!r}, password='****')"
-
-
-@dataclass(frozen=True)
 class LayerEntry:
     """One entry of an image's history (`docker history`): the instruction the engine recorded, its size.
 
@@ -83,6 +88,18 @@ class LayerEntry:
 
     created_by: str
     size: int
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    repo_digests: tuple[str, ...]
+    size: int
+    #: The image's history, oldest first: filled only when asked (`engine.image(ref, layers=True)`).
+    layers: tuple[LayerEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,91 +145,82 @@ def describe_exit(outcome: RunOutcome, spec: RunSpec, raise_hint: str) -> str:
 
 
 class Engine(Protocol):
-    #: Labels put on every container and built layer (`ORCH_LABELS`, see engine/labels.py).
-    @property
-    def labels(self) -> Mapping[str, str]: ...
+    """Twelve primitives, each executing a typed request as it says (the rules of when live with the callers)."""
 
-    #: The repository prefix of orch's default tags (`ORCH_TAG_NAMESPACE`, default `orch`).
+    #: The connection's labels and tag namespace (`ORCH_LABELS`, `ORCH_TAG_NAMESPACE`), read before connecting.
     @property
-    def tag_namespace(self) -> str: ...
+    def settings(self) -> EngineSettings: ...
 
     def info(self) -> EngineInfo: ...
 
-    def image(self, ref: str) -> ImageInfo | None: ...
+    #: The image `ref` names, None when the engine has none; with `layers`, its history too (oldest first).
+    def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None: ...
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str: ...
+    def build(self, request: BuildRequest) -> BuildOutcome: ...
 
-    def pull(self, ref: str) -> ImageInfo: ...
+    #: Start the service (the wheel feed) with `files` (a tar) put in at `/`, yield its container id once it
+    #: is ready (for `BuildRequest(network="wheel-feed", feed=...)`), remove it on the way out, whatever happened.
+    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> AbstractContextManager[str]: ...
 
-    def build(
-        self,
-        context_tar: IO[bytes],
-        tag: str,
-        *,
-        network: BuildNetwork,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        on_line: Callable[[str], None] | None = None,
-        feed: str | None = None,
-    ) -> BuildOutcome: ...
+    #: create → start → wait → logs → remove; with `copy`, the container's folder copied out after a clean exit.
+    def run(self, spec: RunSpec, copy: CopyOut | None = None) -> RunOutcome: ...
 
-    #: Start the wheel feed (`spec`) with `files` (a tar, its entries under `feed/`) in it, yield its container
-    #: id for `build(network="wheel-feed", feed=...)`, and remove it on the way out, whatever happened.
-    def wheel_feed(self, spec: FeedSpec, files: IO[bytes]) -> AbstractContextManager[str]: ...
-
-    def run(self, spec: RunSpec) -> RunOutcome: ...
-
-    #: `run`, then, when the container exited 0, the engine's tar of its folder `path` written to `dest`
-    #: (at most `max_bytes` + 1 bytes: the reader refuses a larger one). No host mount: the container's
-    #: files reach the host only as that tar, which the caller reads as untrusted.
-    def run_and_copy(self, spec: RunSpec, path: str, dest: IO[bytes], max_bytes: int) -> RunOutcome: ...
-
-    def remove_image(self, ref: str) -> None: ...
+    def pull(self, request: PullRequest) -> ImageInfo: ...
 
     #: Push `repository:tag` (the image must carry that tag here); returns the registry's manifest
     #: digest (`sha256:…`). Raises RegistryError when the registry refuses or does not answer.
     def push(self, repository: str, tag: str, auth: RegistryAuth | None = None) -> str: ...
 
-    #: Pull `name@sha256:…` (never a tag: a tag can move); creates no tag. Raises RegistryError.
-    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo: ...
+    #: Bring images in: a `docker save` tar (a file, or chunks as they come), or a root filesystem to import.
+    #: Returns what the engine loaded (tags or ids; the imported image's id).
+    def load(self, source: IO[bytes] | Iterable[bytes] | RootfsImport) -> list[str]: ...
 
-    #: Remove the tag `ref` only, never an image: does nothing unless the image keeps another name.
-    def untag(self, ref: str) -> None: ...
-
-    def history(self, ref: str) -> list[str]: ...
-
-    #: The image's history entries, oldest first (the base's first, then each later instruction).
-    def image_layers(self, ref: str) -> list[LayerEntry]: ...
-
+    #: `docker save REF` streamed into `dest` (saved by tag, so `docker load` restores the tag too).
     def save(self, ref: str, dest: IO[bytes]) -> None: ...
 
-    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]: ...
-
+    #: Tag an image by id. Never forced: the caller has checked the tag is new or already this image's.
     def tag(self, image_id: str, repository: str, tag: str) -> None: ...
 
-    def containers(self, label: str) -> list[str]: ...
+    #: Remove an image, one name of it, or every container with a label; the ids of removed containers.
+    def remove(self, target: RemoveImage | RemoveContainers) -> list[str]: ...
 
-    #: Force-remove every container with this label (`key=value`), running or not; their ids.
-    def remove_containers(self, label: str) -> list[str]: ...
 
-    def close(self) -> None: ...
+class Connection:
+    """What `connect()` returns: `with connect() as engine:` releases the client on the way out (also on an
+    error or Ctrl-C); a holder that outlives one block keeps the connection and calls `close()`."""
 
-    #: An engine is a context manager: `with connect() as engine:` releases its client on the way out,
-    #: also on an error or Ctrl-C.
-    def __enter__(self) -> Self: ...
+    def __init__(self, engine: Engine, close: Callable[[], None]) -> None:
+        self.engine = engine
+        self._close = close
 
-    def __exit__(self, *exc_info: object) -> None: ...
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self) -> Engine:
+        return self.engine
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def image_layers(engine: Engine, ref: str) -> list[LayerEntry]:
+    """The history of an image orch built or was given (oldest first); ImageNotBuilt when it is gone."""
+    image = engine.image(ref, layers=True)
+    if image is None:
+        raise ImageNotBuilt(f"image {ref} is not in the engine", hint=IMAGE_REMOVED_HINT)
+    return list(image.layers)
 
 
 def connect(
     base_url: str | None = None, tls_files: tuple[str, str, str] | None = None, context: str | None = None
-) -> Engine:
+) -> Connection:
     """The Docker engine named by `base_url`, `DOCKER_HOST` or the Docker context; raises EngineUnavailable.
 
     `tls_files`: (CA, client certificate, client key) for a `tcp://` `base_url` with TLS; `context`: a
     Docker context by name instead of `base_url`.
-    Use it as a context manager (`with connect() as engine:`), or call `close()`.
+    Use it as a context manager (`with connect() as engine:`), or keep it and call `close()`.
     """
     from orchestrator.engine.docker_engine import DockerEngine
 
-    return DockerEngine.connect(base_url, tls_files, context)
+    engine = DockerEngine.connect(base_url, tls_files, context)
+    return Connection(engine, engine.close)

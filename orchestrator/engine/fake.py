@@ -3,11 +3,12 @@
 It behaves as the Docker adapter does where orch relies on it: a build makes an image whose id is the
 sha256 of its config (so `save` writes a `docker save` tarball that `orch verify` accepts, and `load`
 gives the same id back); a container "writes" its scripted files into the host folder mounted at the
-container path they name; containers and images carry the engine's labels.
+container path they name; containers and images carry the engine's labels. It reads no Dockerfile: a built
+image's labels are the request's (`BuildRequest.dockerfile_labels`, `.labels`) and the script's, its history
+the script's (after that of `ScriptedBuild.base`).
 
     engine = FakeEngine(runs={"sample": ScriptedRun(files={"/orch/output/x.npy": data})})
-    with engine:
-        record = run_build(loaded, engine, options)
+    record = run_build(loaded, engine, options)
     assert engine.calls[0] == ("image", "orch/debian-python:bookworm")
 """
 
@@ -17,16 +18,31 @@ import contextlib
 import hashlib
 import io
 import json
-import shlex
 import tarfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import IO, TYPE_CHECKING, Self
 
-from orchestrator.engine import BuildOutcome, Engine, EngineInfo, ImageInfo, LayerEntry, RegistryAuth, RunOutcome
+from orchestrator.engine import (
+    BuildOutcome,
+    BuildRequest,
+    Connection,
+    CopyOut,
+    Engine,
+    EngineInfo,
+    EngineSettings,
+    ImageInfo,
+    LayerEntry,
+    PullRequest,
+    RegistryAuth,
+    RemoveContainers,
+    RemoveImage,
+    RootfsImport,
+    RunOutcome,
+)
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt, RegistryError
-from orchestrator.plan.specs import BuildNetwork, FeedSpec, RunSpec
+from orchestrator.plan.specs import BuildNetwork, RunSpec, ServiceSpec
 
 PROBE_LABEL = "io.orch.probe"
 
@@ -42,8 +58,10 @@ class ScriptedBuild:
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     size: int = 1 << 20
-    #: The history entries the build adds on its base's; None: one per final-stage instruction, as Docker does.
-    layers: Sequence[LayerEntry] | None = None
+    #: The image the build starts FROM (a ref the fake holds): its history comes first in the built image's.
+    base: str | None = None
+    #: The history entries the build adds on its base's.
+    layers: Sequence[LayerEntry] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,7 @@ class ScriptedRun:
     oom_killed: bool = False
     duration_s: float = 0.01
     files: Mapping[str, bytes] = field(default_factory=dict)
-    #: What `run_and_copy` copies out: container folder → the engine's tar of it.
+    #: What `run(spec, copy)` copies out: container folder → the engine's tar of it.
     archives: Mapping[str, bytes] = field(default_factory=dict)
 
 
@@ -76,40 +94,6 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), 0o644, 0
     tar.addfile(info, io.BytesIO(data))
-
-
-def _dockerfile(context_tar: IO[bytes]) -> str:
-    with tarfile.open(fileobj=context_tar, mode="r:*") as tar:
-        member = tar.extractfile("Dockerfile")
-        return member.read().decode() if member is not None else ""
-
-
-def _final_stage(text: str) -> tuple[str, list[str]]:
-    """The final stage's base (its FROM's image) and its other instructions, continuations joined."""
-    base, instructions = "", list[str]()
-    for line in text.replace("\\\n", " ").splitlines():
-        word, _, rest = line.strip().partition(" ")
-        if word.upper() == "FROM":
-            base, instructions = rest.split()[0] if rest.split() else "", []
-        elif word and not word.startswith("#"):
-            instructions.append(f"{word.upper()} {rest.strip()}")
-    return base, instructions
-
-
-def final_stage_labels(context_tar: IO[bytes]) -> dict[str, str]:
-    """The labels the Dockerfile in a build context gives its final image (LABEL after the last FROM)."""
-    return _labels(_final_stage(_dockerfile(context_tar))[1])
-
-
-def _labels(instructions: Sequence[str]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for instruction in instructions:
-        word, _, rest = instruction.partition(" ")
-        if word == "LABEL":
-            for pair in shlex.split(rest):
-                key, _, value = pair.partition("=")
-                labels[key] = value
-    return labels
 
 
 def history_entry(instruction: str, size: int) -> LayerEntry:
@@ -134,7 +118,7 @@ class FakeEngine:
         registry_error: str | None = None,
         registry_auth: RegistryAuth | None = None,
     ) -> None:
-        self.tag_namespace = tag_namespace
+        self._settings = EngineSettings(labels=dict(labels or {}), tag_namespace=tag_namespace)
         #: When set, every push and pull fails with this as the registry's answer (a registry that is down).
         self.registry_error = registry_error
         #: When set, the registry accepts only these credentials.
@@ -153,14 +137,13 @@ class FakeEngine:
         self._info = info or EngineInfo(
             endpoint="fake://", server_version="0", api_version="0", os="linux", runtimes=("runc",), cdi_spec_dirs=()
         )
-        self._labels = dict(labels or {})
         #: Every call, in order: (method, main argument, …).
         self.calls: list[tuple[str, ...]] = []
         #: Every container spec `run` received, in order.
         self.specs: list[RunSpec] = []
-        #: The build labels and network of each build, in order.
+        #: The tag, network and build labels of each build, in order.
         self.builds: list[tuple[str, BuildNetwork, dict[str, str]]] = []
-        self.feeds: list[tuple[FeedSpec, list[str]]] = []
+        self.feeds: list[tuple[ServiceSpec, list[str]]] = []
         #: The entry names of each build's context tar, in build order.
         self.contexts: list[list[str]] = []
         self.feeds_running: set[str] = set()
@@ -186,67 +169,64 @@ class FakeEngine:
         self.add_image(image)
         return image
 
+    def connection(self) -> Connection:
+        """What `connect()` would return, for code that opens its own connection."""
+        return Connection(self, self.close)
+
     # -- the Engine protocol ---------------------------------------------------------------------------
 
     @property
-    def labels(self) -> Mapping[str, str]:
-        return self._labels
+    def settings(self) -> EngineSettings:
+        return self._settings
 
     def info(self) -> EngineInfo:
         self.calls.append(("info",))
         return self._info
 
-    def image(self, ref: str) -> ImageInfo | None:
-        self.calls.append(("image", ref))
-        return self._images.get(ref)
+    def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
+        self.calls.append(("image", ref, "layers") if layers else ("image", ref))
+        image = self._images.get(ref)
+        if image is None or not layers:
+            return image
+        return replace(image, layers=tuple(self._histories.get(image.id, [])))
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str:
-        self.calls.append(("import_rootfs", f"{repository}:{tag}"))
-        return self._make_image({}, {}, [f"{repository}:{tag}"], tar_path.stat().st_size).id
+    def pull(self, request: PullRequest) -> ImageInfo:
+        self.calls.append(("pull", request.ref))
+        if request.missing == "base":
+            raise BaseImageMissing(f"the fake engine pulls nothing: {request.ref} is not among its images")
+        self._registry_gate(f"pulling {request.ref}", request.auth)
+        image = self.registry.get(request.ref)
+        if image is None:
+            raise RegistryError(f"pulling {request.ref} failed: manifest unknown")
+        pulled = ImageInfo(
+            id=image.id, tags=(), labels=image.labels, env=image.env, repo_digests=(request.ref,), size=image.size
+        )
+        for ref in (image.id, request.ref):
+            self._images.setdefault(ref, pulled)
+        return self._images[request.ref]
 
-    def pull(self, ref: str) -> ImageInfo:
-        self.calls.append(("pull", ref))
-        raise BaseImageMissing(f"the fake engine pulls nothing: {ref} is not among its images")
-
-    def build(
-        self,
-        context_tar: IO[bytes],
-        tag: str,
-        *,
-        network: BuildNetwork,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        on_line: Callable[[str], None] | None = None,
-        feed: str | None = None,
-    ) -> BuildOutcome:
-        self.calls.append(("build", tag))
-        if network == "wheel-feed" and feed not in self.feeds_running:
+    def build(self, request: BuildRequest) -> BuildOutcome:
+        self.calls.append(("build", request.tag))
+        if request.network == "wheel-feed" and request.feed not in self.feeds_running:
             raise AssertionError("a wheel-feed build ran without its feed running")
-        with tarfile.open(fileobj=context_tar, mode="r") as tar:
+        with tarfile.open(fileobj=request.context, mode="r") as tar:
             self.contexts.append(sorted(tar.getnames()))
-        context_tar.seek(0)
-        base, instructions = _final_stage(_dockerfile(context_tar))
-        dockerfile_labels = _labels(instructions)
         script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
-        self.builds.append((tag, network, dict(labels or {})))
+        self.builds.append((request.tag, request.network, dict(request.labels)))
         for line in script.log.splitlines():
-            if on_line is not None:
-                on_line(line)
+            if request.on_line is not None:
+                request.on_line(line)
         if script.error is not None:
             return BuildOutcome(None, f"{script.log}ERROR: {script.error}\n", script.error)
-        image_labels = {**dockerfile_labels, **script.labels, **(labels or {})}
-        image = self._make_image(image_labels, script.env, [tag], script.size)
-        base_image = self._images.get(base)
-        added = script.layers
-        if added is None:
-            runs = sum(1 for instruction in instructions if instruction.startswith(("RUN", "COPY", "ADD")))
-            added = [history_entry(instruction, script.size // max(runs, 1)) for instruction in instructions]
-        self._histories[image.id] = [*(self._histories.get(base_image.id, []) if base_image else []), *added]
+        image_labels = {**request.dockerfile_labels, **script.labels, **request.labels}
+        image = self._make_image(image_labels, script.env, [request.tag], script.size)
+        base_image = self._images.get(script.base) if script.base else None
+        base_history = self._histories.get(base_image.id, []) if base_image else []
+        self._histories[image.id] = [*base_history, *script.layers]
         return BuildOutcome(image.id, script.log)
 
     @contextlib.contextmanager
-    def wheel_feed(self, spec: FeedSpec, files: IO[bytes]) -> Iterator[str]:
-        """Records the feed and the names it would serve; the build asserts that it runs inside it."""
+    def _serve(self, spec: ServiceSpec, files: IO[bytes]) -> Iterator[str]:
         with tarfile.open(fileobj=files, mode="r") as tar:
             self.feeds.append((spec, sorted(tar.getnames())))
         feed = f"feed-{len(self.feeds)}"
@@ -256,18 +236,11 @@ class FakeEngine:
         finally:
             self.feeds_running.discard(feed)
 
-    def run(self, spec: RunSpec) -> RunOutcome:
-        return self._run(spec)[0]
+    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> contextlib.AbstractContextManager[str]:
+        """Records the service and the names it would serve; a wheel-feed build asserts that it runs inside it."""
+        return self._serve(spec, files)
 
-    def run_and_copy(self, spec: RunSpec, path: str, dest: IO[bytes], max_bytes: int) -> RunOutcome:
-        outcome, script = self._run(spec)
-        if outcome.exit_code == 0:
-            if path not in script.archives:
-                raise AssertionError(f"the fake engine has no scripted archive of {path}")
-            dest.write(script.archives[path][: max_bytes + 1])
-        return outcome
-
-    def _run(self, spec: RunSpec) -> tuple[RunOutcome, ScriptedRun]:
+    def run(self, spec: RunSpec, copy: CopyOut | None = None) -> RunOutcome:
         probe = spec.labels.get(PROBE_LABEL, "")
         self.calls.append(("run", probe, spec.image))
         self.specs.append(spec)
@@ -277,6 +250,10 @@ class FakeEngine:
         script = queue.pop(0) if len(queue) > 1 else queue[0]
         for path, data in script.files.items():
             self._write(spec, path, data)
+        if copy is not None and script.exit_code == 0:
+            if copy.path not in script.archives:
+                raise AssertionError(f"the fake engine has no scripted archive of {copy.path}")
+            copy.dest.write(script.archives[copy.path][: copy.max_bytes + 1])
         return RunOutcome(
             exit_code=script.exit_code,
             stdout=script.stdout,
@@ -284,7 +261,7 @@ class FakeEngine:
             timed_out=script.timed_out,
             duration_s=script.duration_s,
             oom_killed=script.oom_killed,
-        ), script
+        )
 
     @staticmethod
     def _write(spec: RunSpec, path: str, data: bytes) -> None:
@@ -297,13 +274,6 @@ class FakeEngine:
                 dest.write_bytes(data)
                 return
         raise AssertionError(f"{path} is not under a writable mount of the {spec.labels.get(PROBE_LABEL)} container")
-
-    def remove_image(self, ref: str) -> None:
-        self.calls.append(("remove_image", ref))
-        image = self._images.pop(ref, None)
-        if image is not None:
-            for key in [k for k, v in self._images.items() if v.id == image.id and k in image.tags]:
-                del self._images[key]
 
     def _registry_gate(self, what: str, auth: RegistryAuth | None) -> None:
         if self.registry_error is not None:
@@ -319,73 +289,20 @@ class FakeEngine:
         self._registry_gate(f"pushing {repository}:{tag}", auth)
         # A registry's digest is that of the manifest it stores: here, of the image id and the repository.
         digest = "sha256:" + hashlib.sha256(f"{repository}|{image.id}".encode()).hexdigest()
-        self.registry[f"{repository}@{digest}"] = image
         pinned = f"{repository}@{digest}"
-        known = ImageInfo(
-            id=image.id,
-            tags=image.tags,
-            labels=image.labels,
-            env=image.env,
-            repo_digests=(*image.repo_digests, pinned),
-            size=image.size,
-        )
+        self.registry[pinned] = image
+        known = replace(image, repo_digests=(*image.repo_digests, pinned))
         for ref, held in list(self._images.items()):
             if held.id == image.id:
                 self._images[ref] = known
         self._images[pinned] = known  # `docker image inspect name@digest` finds it, as RepoDigests says
         return digest
 
-    def pull_by_digest(self, reference: str, auth: RegistryAuth | None = None) -> ImageInfo:
-        self.calls.append(("pull_by_digest", reference))
-        self._registry_gate(f"pulling {reference}", auth)
-        image = self.registry.get(reference)
-        if image is None:
-            raise RegistryError(f"pulling {reference} failed: manifest unknown")
-        pulled = ImageInfo(
-            id=image.id, tags=(), labels=image.labels, env=image.env, repo_digests=(reference,), size=image.size
-        )
-        for ref in (image.id, reference):
-            self._images.setdefault(ref, pulled)
-        return self._images[reference]
-
-    def untag(self, ref: str) -> None:
-        self.calls.append(("untag", ref))
-        image = self._images.get(ref)
-        if image is None:
-            return
-        names = [k for k, v in self._images.items() if v.id == image.id and "@" not in k and k != image.id]
-        if ref in names and len(names) > 1:
-            del self._images[ref]
-            # As Docker does: untagging a repository's last tag forgets that repository's digest too.
-            repository = ref.rpartition(":")[0]
-            if not any(name.rpartition(":")[0] == repository for name in names if name != ref):
-                for key in [k for k, v in self._images.items() if v.id == image.id and k.startswith(repository + "@")]:
-                    del self._images[key]
-
-    def history(self, ref: str) -> list[str]:
-        self.calls.append(("history", ref))
-        return []
-
-    def image_layers(self, ref: str) -> list[LayerEntry]:
-        self.calls.append(("image_layers", ref))
-        image = self._images.get(ref)
-        if image is None:
-            raise ImageNotBuilt(f"image {ref} is not in the engine")
-        return list(self._histories.get(image.id, []))
-
-    def save(self, ref: str, dest: IO[bytes]) -> None:
-        """A `docker save` tarball (legacy layout) of the image `ref` names."""
-        self.calls.append(("save", ref))
-        image = self._images[ref]
-        config = self._configs[image.id]
-        digest = image.id.removeprefix("sha256:")
-        with tarfile.open(fileobj=dest, mode="w|") as tar:
-            _add(tar, f"{digest}.json", config)
-            _add(tar, "0a1b2c/layer.tar", b"\0" * 1024)
-            manifest = [{"Config": f"{digest}.json", "RepoTags": [ref], "Layers": ["0a1b2c/layer.tar"]}]
-            _add(tar, "manifest.json", json.dumps(manifest).encode())
-
-    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]:
+    def load(self, source: IO[bytes] | Iterable[bytes] | RootfsImport) -> list[str]:
+        if isinstance(source, RootfsImport):
+            name = f"{source.repository}:{source.tag}"
+            self.calls.append(("import", name))
+            return [self._make_image({}, {}, [name], source.tar_path.stat().st_size).id]
         self.calls.append(("load",))
         data = source.read() if hasattr(source, "read") else b"".join(source)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
@@ -402,17 +319,52 @@ class FakeEngine:
                 loaded.append(image.id)
         return loaded
 
+    def save(self, ref: str, dest: IO[bytes]) -> None:
+        """A `docker save` tarball (legacy layout) of the image `ref` names."""
+        self.calls.append(("save", ref))
+        image = self._images[ref]
+        config = self._configs[image.id]
+        digest = image.id.removeprefix("sha256:")
+        with tarfile.open(fileobj=dest, mode="w|") as tar:
+            _add(tar, f"{digest}.json", config)
+            _add(tar, "0a1b2c/layer.tar", b"\0" * 1024)
+            manifest = [{"Config": f"{digest}.json", "RepoTags": [ref], "Layers": ["0a1b2c/layer.tar"]}]
+            _add(tar, "manifest.json", json.dumps(manifest).encode())
+
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.calls.append(("tag", image_id, f"{repository}:{tag}"))
         self._images[f"{repository}:{tag}"] = self._images[image_id]
 
-    def containers(self, label: str) -> list[str]:
-        self.calls.append(("containers", label))
-        return []  # every fake container is removed as soon as it stops
-
-    def remove_containers(self, label: str) -> list[str]:
-        self.calls.append(("remove_containers", label))
+    def remove(self, target: RemoveImage | RemoveContainers) -> list[str]:
+        if isinstance(target, RemoveContainers):
+            self.calls.append(("remove_containers", target.label))
+            return []  # every fake container is removed as soon as it stops
+        if target.tag_only:
+            self.calls.append(("untag", target.ref))
+            self._untag(target.ref)
+            return []
+        self.calls.append(("remove_image", target.ref))
+        image = self._images.pop(target.ref, None)
+        if image is not None:
+            for key in [k for k, v in self._images.items() if v.id == image.id and k in image.tags]:
+                del self._images[key]
         return []
+
+    def _untag(self, ref: str) -> None:
+        image = self._images.get(ref)
+        if image is None:
+            return
+        names = [k for k, v in self._images.items() if v.id == image.id and "@" not in k and k != image.id]
+        if ref not in names:
+            return
+        if len(names) < 2:
+            raise AssertionError(f"untagging {ref}, the image's last name, would remove the image")
+        del self._images[ref]
+        # As Docker does: untagging a repository's last tag forgets that repository's digest too.
+        repository = ref.rpartition(":")[0]
+        if not any(name.rpartition(":")[0] == repository for name in names if name != ref):
+            for key in [k for k, v in self._images.items() if v.id == image.id and k.startswith(repository + "@")]:
+                del self._images[key]
 
     def close(self) -> None:
         self.closed = True

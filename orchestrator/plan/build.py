@@ -20,7 +20,7 @@ from orchestrator.model.build_record import CodeRef
 from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.run import inventory_spec
-from orchestrator.plan.specs import BuildNetwork, FeedSpec, Network, RunSpec
+from orchestrator.plan.specs import BuildNetwork, Network, RunSpec, ServiceSpec
 from orchestrator.redact import redact
 from orchestrator.vendor import InstallerWheel, uv_wheel
 
@@ -298,9 +298,9 @@ def wheel_feed_refusal(plan: BuildPlan) -> str | None:
     return None
 
 
-def feed_spec(plan: BuildPlan, base_id: str) -> FeedSpec:
+def feed_spec(plan: BuildPlan, base_id: str) -> ServiceSpec:
     command = (f"python{plan.python_version}", "-m", "http.server", str(FEED_PORT), "--bind", "127.0.0.1")
-    return FeedSpec(image=base_id, command=(*command, "--directory", "/feed"))
+    return ServiceSpec(image=base_id, command=(*command, "--directory", "/feed"))
 
 
 def default_build_network(plan: BuildPlan) -> Network:
@@ -361,7 +361,7 @@ class BuildSteps:
     #: The inventory probe, run in the built image (its `image` is a placeholder until the build is done).
     inventory: RunSpec
     #: The wheel feed the build reads the lock and wheels from (network `wheel-feed`); None otherwise.
-    feed: FeedSpec | None = None
+    feed: ServiceSpec | None = None
 
 
 def make_build_steps(

@@ -1,4 +1,5 @@
-"""What one engine call will do, as a value: the container (`RunSpec`, `Mount`) and the build's network.
+"""What one engine call will do, as a value: the container (`RunSpec`, `Mount`, `ServiceSpec`, their
+`Hardening` and limits) and the build's network.
 
 These are the plan's vocabulary: `plan/` decides them without an engine, the engine executes them, and
 `--dry-run` prints them. The engine re-exports them (`orchestrator.engine.RunSpec`) for its callers.
@@ -22,24 +23,60 @@ LABEL_PREFIX = _LABEL_PREFIX
 #: network namespace (reaches indexes on the host's loopback).
 Network = Literal["none", "default", "host"]
 #: A build's network: one of the above, or `wheel-feed`: the build's steps share the network namespace of
-#: orch's wheel feed container (engine.wheel_feed), which has loopback only, so the install reads the locked
+#: orch's wheel feed container (engine.serve), which has loopback only, so the install reads the locked
 #: wheels from the feed and nothing else is reachable.
 BuildNetwork = Literal["none", "default", "host", "wheel-feed"]
 
 
 @dataclass(frozen=True)
-class FeedSpec:
-    """The container that serves the context's lock and wheels to the build (engine.wheel_feed).
+class Hardening:
+    """How every container orch starts is confined; the adapter applies it in one place (engine/docker_containers.py).
 
-    It runs the base image's own Python (`http.server`, standard library), as an unprivileged user, with no
+    The plan decides it with the rest of the container, so `--dry-run` prints what the engine is asked for.
+    """
+
+    cap_drop: tuple[str, ...] = ("ALL",)
+    no_new_privileges: bool = True
+    privileged: bool = False
+    read_only_root: bool = False
+    #: Memory + swap = the memory limit: no swap at all (Docker's default gives as much swap again).
+    no_swap: bool = True
+
+    def words(self) -> str:
+        """`cap-drop ALL, no-new-privileges, not privileged`, as `--dry-run` and the hand-over say it."""
+        parts = [f"cap-drop {' '.join(self.cap_drop)}" if self.cap_drop else "all capabilities kept"]
+        parts.append("no-new-privileges" if self.no_new_privileges else "new privileges allowed")
+        parts.append("privileged" if self.privileged else "not privileged")
+        if self.read_only_root:
+            parts.append("read-only root")
+        return ", ".join(parts)
+
+
+#: What every container of orch gets unless a spec says otherwise.
+HARDENED = Hardening()
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A container that serves something while other engine calls run (engine.serve): the wheel feed.
+
+    The feed runs the base image's own Python (`http.server`, standard library), as an unprivileged user, with no
     network but its loopback; the build's RUN steps share that namespace (`--network container:<feed>`), so
-    they reach the feed and nothing else: the build stays offline.
+    they reach the feed and nothing else: the build stays offline. Its files go in through the archive API, not
+    a bind mount (the engine may be on another machine), and that API refuses a read-only root: the root stays
+    writable. It is ready once its output shows `ready_line`, within `start_timeout_s`.
     """
 
     image: str
     command: tuple[str, ...]
     ready_line: str = "Serving HTTP on"
     user: str = "65534:65534"
+    environment: Mapping[str, str] = field(default_factory=lambda: {"PYTHONUNBUFFERED": "1"})
+    labels: Mapping[str, str] = field(default_factory=lambda: {f"{_LABEL_PREFIX}.role": "wheel-feed"})
+    mem_limit: str = "1g"
+    pids_limit: int = 64
+    start_timeout_s: float = 30.0
+    hardening: Hardening = HARDENED
 
 
 @dataclass(frozen=True)
@@ -74,3 +111,4 @@ class RunSpec:
     shm_size: str | None = None
     #: Bytes of stdout (and of stderr) kept; the rest is cut from the middle, counted (untrusted.CappedStream).
     max_log_bytes: int = 16 << 20
+    hardening: Hardening = HARDENED

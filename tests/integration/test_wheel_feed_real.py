@@ -16,7 +16,7 @@ import pytest
 from orchestrator.engine import Engine
 from orchestrator.errors import EnvironmentFailure
 from orchestrator.plan.build import FEED_PORT, FEED_URL
-from orchestrator.plan.specs import FeedSpec
+from orchestrator.plan.specs import ServiceSpec
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
 from tests.integration.helpers import SESSION_FILTER, SESSION_ID, session_containers
@@ -37,9 +37,9 @@ def _served() -> io.BytesIO:
     return data
 
 
-def _spec(image: str, python: str = "python3.11") -> FeedSpec:
+def _spec(image: str, python: str = "python3.11") -> ServiceSpec:
     command = (python, "-m", "http.server", str(FEED_PORT), "--bind", "127.0.0.1", "--directory", "/feed")
-    return FeedSpec(image=image, command=command)
+    return ServiceSpec(image=image, command=command)
 
 
 def _feed_containers() -> set[str]:

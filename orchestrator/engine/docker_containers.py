@@ -1,0 +1,234 @@
+"""Containers on a Docker engine: one run, the wheel feed's service, a sweep by label.
+
+Every container is created through `_create`, the one place a spec's `Hardening` and limits become Docker
+options. docker-py's `containers.run()` raises on a non-zero exit and leaves the container behind when start
+fails, so runs are create → start → wait → logs → remove, the removal in `finally` (also on timeout and Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from orchestrator.engine import IMAGE_REMOVED_HINT, MANAGED_LABEL, CopyOut, RunOutcome
+from orchestrator.errors import EnvironmentFailure, ImageNotBuilt
+from orchestrator.plan.specs import Hardening, RunSpec, ServiceSpec
+from orchestrator.redact import redact
+from orchestrator.untrusted import CappedStream
+
+_FEED_HINT = (
+    "The feed runs the base image's own Python (`python -m http.server`); build with --network none to install "
+    "from the build context instead."
+)
+
+
+def hardening_options(hardening: Hardening, mem_limit: str, pids_limit: int) -> dict[str, Any]:
+    """The Docker options of a container's confinement and limits: what every `_create` passes."""
+    options: dict[str, Any] = {
+        "cap_drop": list(hardening.cap_drop) or None,
+        "security_opt": ["no-new-privileges"] if hardening.no_new_privileges else None,
+        "privileged": hardening.privileged,
+        "read_only": hardening.read_only_root,
+        "mem_limit": mem_limit,
+        "pids_limit": pids_limit,
+    }
+    if hardening.no_swap:
+        options["memswap_limit"] = mem_limit
+    return options
+
+
+def _create(
+    client: docker.DockerClient,
+    image: str,
+    *,
+    labels: Mapping[str, str],
+    hardening: Hardening,
+    mem_limit: str,
+    pids_limit: int,
+    **options: Any,
+) -> Any:
+    return client.containers.create(
+        image,
+        labels={**labels, MANAGED_LABEL: "true"},
+        detach=True,
+        **hardening_options(hardening, mem_limit, pids_limit),
+        **options,
+    )
+
+
+def _device_requests(spec: RunSpec) -> list[docker.types.DeviceRequest]:
+    requests_: list[docker.types.DeviceRequest] = []
+    if spec.nvidia_device_ids:
+        requests_.append(docker.types.DeviceRequest(device_ids=list(spec.nvidia_device_ids), capabilities=[["gpu"]]))
+    elif spec.nvidia_gpus:
+        requests_.append(docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]]))
+    if spec.cdi_devices:
+        requests_.append(docker.types.DeviceRequest(driver="cdi", device_ids=list(spec.cdi_devices)))
+    return requests_
+
+
+def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
+    """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail)."""
+    kept = CappedStream(limit)
+    for chunk in container.logs(stdout=stdout, stderr=not stdout, stream=True, follow=False):
+        kept.feed(chunk)
+    return kept
+
+
+def _copy_out(container: Any, copy: CopyOut) -> None:
+    stream, _ = container.get_archive(copy.path)
+    written = 0
+    for chunk in stream:
+        copy.dest.write(chunk[: copy.max_bytes + 1 - written])
+        written += len(chunk)
+        if written > copy.max_bytes:
+            break  # the reader sees more than max_bytes and refuses the archive
+
+
+def run(
+    client: docker.DockerClient, engine_labels: Mapping[str, str], spec: RunSpec, copy: CopyOut | None
+) -> RunOutcome:
+    """create → start → wait → logs → `copy` (on a clean exit) → remove, the removal in `finally`."""
+    volumes = {
+        str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"} for mount in spec.mounts
+    }
+    started = time.monotonic()
+    container = None
+    try:
+        container = _create(
+            client,
+            spec.image,
+            labels={**engine_labels, **spec.labels},
+            hardening=spec.hardening,
+            mem_limit=spec.mem_limit,
+            pids_limit=spec.pids_limit,
+            command=list(spec.command),
+            environment=dict(spec.environment),
+            volumes=volumes,
+            network_mode="bridge" if spec.network else "none",
+            user=spec.user,
+            working_dir=spec.working_dir,
+            device_requests=_device_requests(spec) or None,
+            devices=[f"{node}:{node}:rwm" for node in spec.devices] or None,
+            group_add=list(spec.group_add) or None,
+            shm_size=spec.shm_size,
+        )
+        container.start()
+        timed_out = False
+        exit_code: int | None
+        try:
+            result = container.wait(timeout=spec.timeout_s)
+            exit_code = int(result.get("StatusCode", -1))
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            timed_out, exit_code = True, None
+            container.kill()
+        stdout = _capped_logs(container, spec.max_log_bytes, stdout=True)
+        stderr = _capped_logs(container, spec.max_log_bytes, stdout=False)
+        container.reload()
+        oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
+        if copy is not None and exit_code == 0:
+            _copy_out(container, copy)
+        return RunOutcome(
+            exit_code=exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            oom_killed=oom_killed,
+            stdout_cut=stdout.cut,
+            stderr_cut=stderr.cut,
+        )
+    except docker.errors.ImageNotFound:
+        raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=IMAGE_REMOVED_HINT) from None
+    except docker.errors.APIError as exc:
+        # GPU mapping errors surface at start (HTTP 400 "could not select device driver ..."): name them.
+        explanation = str(exc.explanation)
+        if "could not select device driver" in explanation:
+            raise EnvironmentFailure(
+                f"the Docker daemon cannot map NVIDIA GPUs: {explanation}",
+                hint="Install the NVIDIA Container Toolkit on this host and restart dockerd "
+                "(nvidia-ctk runtime configure --runtime=docker), or generate CDI specs (nvidia-ctk cdi generate).",
+            ) from None
+        raise EnvironmentFailure(f"running a container of {spec.image} failed: {explanation}") from None
+    finally:
+        if container is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+@contextlib.contextmanager
+def serve(
+    client: docker.DockerClient, engine_labels: Mapping[str, str], spec: ServiceSpec, files: IO[bytes]
+) -> Iterator[str]:
+    """The service's container, `files` put in at `/` (the archive API: the engine may be on another machine),
+    started, ready; removed on the way out whatever happened. Only errors of starting it are named here."""
+    container = None
+    try:
+        try:
+            container = _create(
+                client,
+                spec.image,
+                labels={**engine_labels, **spec.labels},
+                hardening=spec.hardening,
+                mem_limit=spec.mem_limit,
+                pids_limit=spec.pids_limit,
+                command=list(spec.command),
+                environment=dict(spec.environment),
+                network_mode="none",
+                user=spec.user,
+            )
+            container.put_archive("/", files)
+            container.start()
+            _wait_until_ready(container, spec)
+        except docker.errors.ImageNotFound:
+            raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=IMAGE_REMOVED_HINT) from None
+        except docker.errors.APIError as exc:
+            raise EnvironmentFailure(
+                f"starting orch's wheel feed failed: {redact(str(exc.explanation))}", hint=_FEED_HINT
+            ) from None
+        yield str(container.id)
+    finally:
+        if container is not None:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
+
+
+def _wait_until_ready(container: Any, spec: ServiceSpec) -> None:
+    """Until the service prints `ready_line`; one that exits or stays silent is one clear error."""
+    deadline = time.monotonic() + spec.start_timeout_s
+    while True:
+        container.reload()
+        logs = container.logs(stdout=True, stderr=True)[-4096:].decode("utf-8", errors="replace")
+        if spec.ready_line in logs:
+            return
+        if container.status != "running" or time.monotonic() > deadline:
+            last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
+            raise EnvironmentFailure(
+                f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
+                hint=_FEED_HINT,
+            )
+        time.sleep(0.05)
+
+
+def remove_labelled(client: docker.DockerClient, label: str) -> list[str]:
+    """Force-remove every container with this label (`key=value`), running or not; their ids."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": label}):
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass  # gone meanwhile: as good as removed
+        except docker.errors.APIError as exc:
+            # 409 "removal … is already in progress": the daemon removes it (a cancelled build's step
+            # container); it is still listed until then, so a caller that sweeps again sees it go.
+            if exc.status_code != 409:
+                raise
+        removed.append(str(container.id))
+    return removed
