@@ -44,8 +44,7 @@ def base(
 
     recipe = BaseRecipe(suite=suite, mirror=mirror or DEFAULT_MIRROR, snapshot=snapshot, extra_packages=tuple(extra))
     console = make_console()
-    engine = connect()
-    with console.status(f"debootstrap {suite} (about a minute)") as status:
+    with connect() as engine, console.status(f"debootstrap {suite} (about a minute)") as status:
         outcome = ensure_base_image(
             engine,
             recipe,

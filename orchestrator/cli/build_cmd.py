@@ -67,13 +67,8 @@ def build(
 
         click.echo(dry_run_build(loaded, options, environ=os.environ), nl=False)
         return
-    engine = connect()
-
-    try:
-        with stage_progress(console, loaded.model.name, verbose=verbose) as progress:
-            record = run_build(loaded, engine, options, on_line=progress.line, on_stage=progress.stage)
-    finally:
-        engine.close()
+    with connect() as engine, stage_progress(console, loaded.model.name, verbose=verbose) as progress:
+        record = run_build(loaded, engine, options, on_line=progress.line, on_stage=progress.stage)
     print_build_summary(console, record, out)
     if record.failure is not None:
         raise VerdictFailed(

@@ -186,9 +186,13 @@ class FakeEngine:
     def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
         self.calls.append(("image", ref, "layers") if layers else ("image", ref))
         image = self._images.get(ref)
-        if image is None or not layers:
-            return image
-        return replace(image, layers=tuple(self._histories.get(image.id, [])))
+        if image is None:
+            return None
+        # As `docker image inspect` does, every tag the image has now (tags added by `tag` included).
+        names = [k for k, v in self._images.items() if v.id == image.id and "@" not in k and k != image.id]
+        tags = (*[t for t in image.tags if t in names], *[n for n in names if n not in image.tags])
+        history = tuple(self._histories.get(image.id, [])) if layers else ()
+        return replace(image, tags=tags, layers=history)
 
     def pull(self, request: PullRequest) -> ImageInfo:
         self.calls.append(("pull", request.ref))

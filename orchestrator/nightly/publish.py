@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.engine import Engine, RegistryAuth, connect
+from orchestrator.engine import Connection, Engine, RegistryAuth, connect
 from orchestrator.errors import OrchError
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.image_ref import ImageReferenceError, registry_tag
@@ -129,7 +129,7 @@ def publish_passed(
     """
     cells = [outcome for outcome in passed if outcome.status == "passed"]
     images: list[PublishedCell] = []
-    local: Engine | None = None
+    local: Connection | None = None
     try:
         try:
             auth = registry_auth(spec.username_env, spec.password_env, os.environ if environ is None else environ)
@@ -146,7 +146,7 @@ def publish_passed(
                     engine = engine_for(cell.cell_id)
                 else:
                     local = local or connect()
-                    engine = local
+                    engine = local.engine
             except OrchError as exc:
                 images.append(PublishedCell(cell_id=cell.cell_id, status="failed", reason=one_line(exc.message, 400)))
                 continue

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.engine import Engine, connect
+from orchestrator.engine import Connection, Engine, connect
 from orchestrator.errors import (
     EXIT_ENVIRONMENT,
     EXIT_INTERRUPTED,
@@ -177,7 +177,7 @@ class _TargetEngines:
 
     def __init__(self, plan: LoadedPlan) -> None:
         self._specs = {spec.name: spec for spec in plan.model.targets}
-        self._open: dict[str, Engine] = {}
+        self._open: dict[str, Connection] = {}
 
     def __call__(self, cell_id: str) -> Engine:
         name = cell_id.rsplit("@", 1)[-1]
@@ -189,11 +189,11 @@ class _TargetEngines:
                 self._open[name] = connect(spec.docker_host, files, spec.context)
             else:
                 self._open[name] = connect()
-        return self._open[name]
+        return self._open[name].engine
 
     def close(self) -> None:
-        for engine in self._open.values():
-            engine.close()
+        for connection in self._open.values():
+            connection.close()
         self._open.clear()
 
 

@@ -55,7 +55,7 @@ def diagnose(
     if loaded is None:
         return Diagnosis(host=host)
     platform = loaded.model.system.platform
-    tag = default_tag(loaded, engine.tag_namespace) if engine is not None else default_tag(loaded)
+    tag = default_tag(loaded, engine.settings.tag_namespace) if engine is not None else default_tag(loaded)
     image = engine.image(tag) if engine is not None else None
     selection = gpu_selection(platform, host, gpus, environ or {})
     mapping = plan_gpu_mapping(platform, host, selection)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, RootfsImport
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
 from orchestrator.redact import redact
 from orchestrator.timestamps import rfc3339_now
@@ -217,5 +217,7 @@ def ensure_base_image(
         if tar.returncode != 0:
             raise EnvironmentFailure(f"packing the root file system failed: {tar.stderr.strip()}")
         created = rfc3339_now()
-        image_id = engine.import_rootfs(tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version))
+        image_id = engine.load(RootfsImport(tar_path, REPOSITORY, recipe.tag, image_changes(recipe, created, version)))[
+            0
+        ]
     return BaseOutcome(ref=recipe.ref, image_id=image_id, reused=False, log_path=log_path)

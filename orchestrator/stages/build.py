@@ -21,7 +21,7 @@ from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import BuildOutcome, Engine, ImageInfo, Network
+from orchestrator.engine import BuildOutcome, BuildRequest, Engine, ImageInfo, Network, PullRequest, image_layers
 from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
 from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
@@ -72,7 +72,7 @@ class BuildOptions:
 
 def ensure_base(engine: Engine, loaded: LoadedDossier) -> ImageInfo:
     ref = loaded.base_image.from_line
-    image = engine.image(ref) or engine.pull(ref)
+    image = engine.image(ref) or engine.pull(PullRequest.of_base(ref))
     expected = loaded.base_image.image_id
     if expected is not None and image.id != expected:
         raise EnvironmentFailure(
@@ -110,7 +110,7 @@ def run_build(
     started = time.monotonic()
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    tag = options.tag or default_tag(loaded, engine.tag_namespace)
+    tag = options.tag or default_tag(loaded, engine.settings.tag_namespace)
 
     stage("base image")
     mark = time.monotonic()
@@ -129,7 +129,7 @@ def run_build(
         created=created_label(previous.labels if previous else None, loaded.identity, rfc3339(clock())),
         base_id=base.id,
         base_repo_digests=base.repo_digests,
-        engine_labels=engine.labels,
+        engine_labels=engine.settings.labels,
         tag=tag,
         network=options.network,
         no_cache=options.no_cache,
@@ -168,7 +168,7 @@ def run_build(
         else:
             # The feed serves the lock and the wheels; the context the engine receives leaves the wheels out.
             served = context_tar(rendered.directory, only=FEED_PATHS, prefix="feed")
-            with served.file, engine.wheel_feed(steps.feed, served.file) as feed:
+            with served.file, engine.serve(steps.feed, served.file) as feed:
                 kept = [
                     entry.name for entry in rendered.directory.iterdir() if entry.name not in ("wheels", FEED_FETCH)
                 ]
@@ -199,7 +199,7 @@ def run_build(
         dockerfile = (rendered.directory / "Dockerfile").read_text(encoding="utf-8")
         # The engine appends the build-label option as the final stage's last instruction.
         dockerfile += f"LABEL {CONTEXT_DIGEST_LABEL}={digest}\n"
-        layers = map_layers(engine.image_layers(built.id), len(engine.image_layers(base.id)), dockerfile)
+        layers = map_layers(image_layers(engine, built.id), len(image_layers(engine, base.id)), dockerfile)
         stage("inventory")
         mark = time.monotonic()
         inventory = _previous_inventory(out / "build.json", built.id)
@@ -290,13 +290,16 @@ def _engine_build(
 ) -> BuildOutcome:
     with tar.file:
         return engine.build(
-            tar.file,
-            steps.tag,
-            network=steps.network,
-            labels={CONTEXT_DIGEST_LABEL: digest},
-            no_cache=steps.no_cache,
-            on_line=on_line,
-            feed=feed,
+            BuildRequest(
+                context=tar.file,
+                tag=steps.tag,
+                network=steps.network,
+                labels={CONTEXT_DIGEST_LABEL: digest},
+                dockerfile_labels={**dict(steps.plan.stage_labels), **dict(steps.plan.labels)},
+                no_cache=steps.no_cache,
+                feed=feed,
+                on_line=on_line,
+            )
         )
 
 

@@ -29,7 +29,7 @@ from typing import IO
 from urllib.parse import unquote
 
 from orchestrator.dossier.paths import file_sha256
-from orchestrator.engine import Engine, RunSpec, describe_exit
+from orchestrator.engine import CopyOut, Engine, RunSpec, describe_exit
 from orchestrator.errors import BadInput, EnvironmentFailure
 from orchestrator.plan.run import PROBE_LABEL
 from orchestrator.redact import redact
@@ -227,7 +227,7 @@ def read_cached(folder: Path) -> list[Deb] | None:
 
 def _download(engine: Engine, base_id: str, packages: Sequence[str], folder: Path) -> list[Deb]:
     with tempfile.TemporaryFile() as archive:
-        outcome = engine.run_and_copy(collect_spec(base_id, packages), ARCHIVES, archive, MAX_ARCHIVE_BYTES)
+        outcome = engine.run(collect_spec(base_id, packages), CopyOut(ARCHIVES, archive, MAX_ARCHIVE_BYTES))
         output = outcome.stdout + "\n" + outcome.stderr
         if outcome.timed_out:
             raise EnvironmentFailure(f"{STEP}: stopped after {COLLECT_TIMEOUT_S} s")

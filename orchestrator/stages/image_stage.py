@@ -22,7 +22,7 @@ from orchestrator.stages.results import check, stage_result
 
 def resolve_image(engine: Engine, loaded: LoadedDossier, given: str | None) -> ImageInfo:
     """The image `--image` names (`given`), else the one `orch build` made for this dossier identity."""
-    ref = given or default_tag(loaded, engine.tag_namespace)
+    ref = given or default_tag(loaded, engine.settings.tag_namespace)
     image = engine.image(ref)
     if image is None and given is not None:
         raise ImageNotBuilt(

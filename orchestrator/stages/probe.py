@@ -170,7 +170,7 @@ def run_probe(
         "device": device_result,
         "sample": sample_result,
     }
-    image_ref = ReportImage(ref=options.image or default_tag(loaded, engine.tag_namespace), id=image.id)
+    image_ref = ReportImage(ref=options.image or default_tag(loaded, engine.settings.tag_namespace), id=image.id)
     return make_report(loaded, image_ref, stages, notes, created=clock())
 
 

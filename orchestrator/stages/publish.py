@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.engine import Engine, RegistryAuth
+from orchestrator.engine import Engine, RegistryAuth, RemoveImage
 from orchestrator.errors import BadInput, OrchError
 from orchestrator.model.image_ref import ImageReference, ImageReferenceError, parse_reference
 from orchestrator.text import one_line
@@ -73,6 +73,15 @@ def push_target(registry: str, repository: str, tag: str) -> ImageReference:
     return reference
 
 
+def _untag(engine: Engine, ref: str) -> None:
+    """Remove the tag `ref` only, never an image: nothing unless the image keeps another name (its only name
+    gone would remove the image, which is not this stage's to decide)."""
+    image = engine.image(ref)
+    if image is None or ref not in image.tags or len(image.tags) < 2:
+        return
+    engine.remove(RemoveImage(ref, tag_only=True))
+
+
 def publish_image(
     engine: Engine, image: str, target: ImageReference, auth: RegistryAuth | None = None
 ) -> PublishOutcome:
@@ -109,7 +118,7 @@ def publish_image(
                 )
         finally:
             if holder is None:
-                engine.untag(tagged)
+                _untag(engine, tagged)
     except OrchError as exc:
         reason = exc.message
         if auth is not None and auth.password:

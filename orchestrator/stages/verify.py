@@ -39,7 +39,7 @@ from orchestrator.compare.read import Side, environment_of, read_environment_fil
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
 from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
-from orchestrator.engine import Engine, RegistryAuth
+from orchestrator.engine import Engine, PullRequest, RegistryAuth, RemoveImage
 from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentDiff
@@ -228,10 +228,10 @@ def pull_pinned(engine: Engine, pinned: str, image_id: str, auth: RegistryAuth |
     id, so equal ids mean the very image the hand-over (or report) names, whatever the registry holds.
     """
     was_here = engine.image(pinned) is not None
-    pulled = engine.pull_by_digest(pinned, auth)
+    pulled = engine.pull(PullRequest.by_digest(pinned, auth))
     if pulled.id != image_id:
         if not was_here:
-            engine.remove_image(pinned)
+            engine.remove(RemoveImage(pinned))
         raise HandoverDamaged(
             f"{pinned} is image {pulled.id[:19]}, but {what} names {image_id[:19]}; nothing was run from it"
         )
@@ -291,7 +291,7 @@ def adopt_image(
         raise HandoverDamaged(f"image {image_id[:19]} carries another dossier identity than the manifest")
     if holder is None:
         engine.tag(image_id, HANDOVER_REPOSITORY, tag)
-    own = default_tag(loaded, engine.tag_namespace)
+    own = default_tag(loaded, engine.settings.tag_namespace)
     if image_tag != own:
         return LoadedImage(reference, None)
     present = engine.image(own)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from orchestrator.engine import Engine, connect
+from orchestrator.engine import Engine, RemoveContainers, connect
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, OrchError
 
 #: A build whose client went away is cancelled by the daemon asynchronously: under load, the classic
@@ -31,7 +31,7 @@ def _sweep(engine: Engine, label: str) -> list[str]:
     deadline = time.monotonic() + _SWEEP_DEADLINE_S
     empty = 0
     while empty < _QUIET_PASSES and time.monotonic() < deadline:
-        found = engine.remove_containers(label)
+        found = engine.remove(RemoveContainers(label))
         removed += [container_id for container_id in found if container_id not in removed]
         empty = 0 if found else empty + 1
         if empty < _QUIET_PASSES:
