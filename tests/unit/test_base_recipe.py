@@ -1,70 +1,27 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 import pytest
 
-from orchestrator.engine import BuildOutcome, EngineInfo, ImageInfo, Network, RunOutcome, RunSpec
+from orchestrator.engine import ImageInfo
 from orchestrator.errors import BadInput, EnvironmentFailure, ToolMissing
 from orchestrator.stages import base_image
 from orchestrator.stages.base_image import LABEL, BaseRecipe, ensure_base_image, image_changes
 
 
 class FakeEngine:
-    """Only `image` is used before any side effect; everything else must not be reached in these tests."""
+    """Only `image` is used before any side effect; any other member reached fails the test."""
 
     def __init__(self, images: dict[str, ImageInfo] | None = None) -> None:
         self.images = images or {}
 
-    def image(self, ref: str) -> ImageInfo | None:
+    def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
         return self.images.get(ref)
 
-    def info(self) -> EngineInfo:
-        raise AssertionError("not used")
-
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: Sequence[str]) -> str:
-        raise AssertionError("must not import in this test")
-
-    def build(
-        self,
-        context_tar: IO[bytes],
-        tag: str,
-        *,
-        network: Network,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        on_line: Callable[[str], None] | None = None,
-    ) -> BuildOutcome:
-        raise AssertionError("not used")
-
-    def run(self, spec: RunSpec) -> RunOutcome:
-        raise AssertionError("not used")
-
-    def remove_image(self, ref: str) -> None:
-        raise AssertionError("not used")
-
-    def containers(self, label: str) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        return None
-
-    def pull(self, ref: str) -> ImageInfo:
-        raise AssertionError("not used")
-
-    def history(self, ref: str) -> list[str]:
-        raise AssertionError("not used")
-
-    def save(self, ref: str, dest: IO[bytes]) -> None:
-        raise AssertionError("not used")
-
-    def load(self, source: IO[bytes] | Iterable[bytes]) -> list[str]:
-        raise AssertionError("not used")
-
-    def tag(self, image_id: str, repository: str, tag: str) -> None:
-        raise AssertionError("not used")
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"engine.{name} must not be reached in this test")
 
 
 def _image(labels: dict[str, str]) -> ImageInfo:

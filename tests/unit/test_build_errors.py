@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dossier.lock import parse_lock
+from orchestrator.engine import BuildRequest, EngineSettings
 from orchestrator.engine.build_log import build_failure, first_error, missing_pin
 from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.errors import BadInput, EnvironmentFailure, WheelhouseError
@@ -79,7 +80,7 @@ class _FakeClient:
 
 def _build(chunks: list[dict[str, Any]]) -> Any:
     engine = DockerEngine(_FakeClient(chunks), "unix:///fake.sock")  # type: ignore[arg-type]
-    return engine.build(io.BytesIO(b""), "orch/x:1", network="none")
+    return engine.build(BuildRequest(io.BytesIO(b""), "orch/x:1", network="none"))
 
 
 def _failure(chunks: list[dict[str, Any]]) -> Any:
@@ -211,13 +212,9 @@ class _BuildEngine:
         self.outcome = outcome
         self.built = built
 
-    @property
-    def labels(self) -> dict[str, str]:
-        return {}
+    settings = EngineSettings()
 
-    tag_namespace = "orch"
-
-    def image(self, ref: str) -> Any:
+    def image(self, ref: str, *, layers: bool = False) -> Any:
         from orchestrator.engine import ImageInfo
 
         if ref.startswith("orch/debian-python"):
@@ -228,7 +225,7 @@ class _BuildEngine:
         return self.outcome
 
     @contextlib.contextmanager
-    def wheel_feed(self, spec: Any, files: Any) -> Iterator[str]:
+    def serve(self, spec: Any, files: Any) -> Iterator[str]:
         yield "feed"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import docker.errors
 import pytest
 
-from orchestrator.engine import BuildOutcome, RunSpec
+from orchestrator.engine import BuildOutcome, BuildRequest, PullRequest, RunSpec, image_layers
 from orchestrator.engine.build_log import STEP_LINE, build_failure
 from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt
@@ -67,7 +67,7 @@ def _apt_failure_chunks() -> list[dict[str, Any]]:
 
 def test_the_adapter_hands_over_the_log_and_the_engines_own_error_unread() -> None:
     outcome = DockerEngine(_Client(_apt_failure_chunks()), "unix:///fake.sock").build(  # type: ignore[arg-type]
-        io.BytesIO(b""), "orch/x:1", network="none"
+        BuildRequest(io.BytesIO(b""), "orch/x:1", network="none")
     )
     assert outcome == BuildOutcome(image_id=None, log=outcome.log, error=ENGINE_ERROR)
     lines = [line for line in outcome.log.splitlines() if line]
@@ -89,9 +89,12 @@ def test_without_a_tool_error_line_the_failure_is_the_engines_error() -> None:
 
 def test_the_adapter_imports_no_log_reader() -> None:
     """Parsing lives in build_log; the adapter imports none of it (an import-linter contract says the same)."""
-    tree = ast.parse(Path(DockerEngine.__module__.replace(".", "/") + ".py").read_text(encoding="utf-8"))
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert "orchestrator.engine.build_log" not in imported
+    modules = sorted(Path("orchestrator/engine").glob("docker_*.py"))
+    assert Path(DockerEngine.__module__.replace(".", "/") + ".py") in modules
+    for module in modules:
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "orchestrator.engine.build_log" not in imported, module
     assert "orchestrator.engine" in imported, "the walk did see the adapter's imports"
 
 
@@ -103,18 +106,18 @@ def test_one_step_regex_reads_the_builders_header() -> None:
         "30",
         "RUN pip install -r /orch/requirements.txt",
     )
-    for module in ("orchestrator/cli/progress.py", "orchestrator/engine/docker_engine.py"):
+    for module in ("orchestrator/cli/progress.py", "orchestrator/engine/docker_build.py"):
         assert not re.search(r"re\.compile\(r?\"\^Step", Path(module).read_text(encoding="utf-8")), module
 
 
 def test_a_base_image_that_cannot_be_pulled_is_base_image_missing() -> None:
     engine = DockerEngine(_Client(), "unix:///fake.sock")  # type: ignore[arg-type]
     with pytest.raises(BaseImageMissing) as caught:
-        engine.pull("nosuch/base:1")
+        engine.pull(PullRequest.of_base("nosuch/base:1"))
     assert caught.value.code == "base-image-missing" and "nosuch/base:1" in str(caught.value)
 
 
-@pytest.mark.parametrize("use", ["run", "save", "history"])
+@pytest.mark.parametrize("use", ["run", "save", "layers"])
 def test_a_missing_built_image_is_image_not_built_never_base_image_missing(use: str) -> None:
     engine = DockerEngine(_Client(), "unix:///fake.sock")  # type: ignore[arg-type]
     with pytest.raises(ImageNotBuilt) as caught:
@@ -123,7 +126,7 @@ def test_a_missing_built_image_is_image_not_built_never_base_image_missing(use: 
         elif use == "save":
             engine.save("orch/app:1", io.BytesIO())
         else:
-            engine.history("orch/app:1")
+            image_layers(engine, "orch/app:1")
     assert not isinstance(caught.value, BaseImageMissing)
     assert caught.value.code == "image-not-built" and caught.value.exit_code == 3
     assert "orch/app:1" in str(caught.value) and "removed by another user or process" in str(caught.value)

@@ -25,7 +25,7 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.dossier.load import load_dossier
-from orchestrator.engine import ImageInfo
+from orchestrator.engine import EngineSettings, ImageInfo
 from orchestrator.errors import EnvironmentFailure, HandoverDamaged
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import ReportImage
@@ -448,7 +448,7 @@ def test_a_link_between_layers_inside_the_tar_is_kept(tmp_path: Path) -> None:
 class _Engine:
     """Images by reference; `tag` fails if it would move a tag; `load` records what it was sent."""
 
-    tag_namespace = "orch"
+    settings = EngineSettings()
 
     def __init__(self, images: dict[str, ImageInfo]) -> None:
         self.refs = dict(images)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dossier.load import load_dossier
-from orchestrator.engine import EngineInfo
+from orchestrator.engine import EngineInfo, EngineSettings
 from orchestrator.model.host import HostFacts
 
 NO_GPU_HOST = HostFacts(kernel="6.1.0", nvidia=None, amd=None, docker=None)
@@ -18,7 +18,7 @@ NO_GPU_HOST = HostFacts(kernel="6.1.0", nvidia=None, amd=None, docker=None)
 class _EmptyEngine:
     """An engine that holds no image at all."""
 
-    tag_namespace = "orch"
+    settings = EngineSettings()
 
     def image(self, ref: str) -> Any:
         return None

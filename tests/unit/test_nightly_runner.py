@@ -256,14 +256,17 @@ def test_publishing_takes_each_image_from_the_engine_of_the_target_that_built_it
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cell built on gpu-b lives on gpu-b's daemon: the push must go through that endpoint, not the local one."""
+    from orchestrator.engine import Connection
     from orchestrator.engine.fake import FakeEngine
     from orchestrator.nightly import runner
 
     calls: list[tuple[str | None, object, str | None]] = []
+    opened: list[FakeEngine] = []
 
-    def connect(base_url: str | None = None, tls_files: object = None, context: str | None = None) -> FakeEngine:
+    def connect(base_url: str | None = None, tls_files: object = None, context: str | None = None) -> Connection:
         calls.append((base_url, tls_files, context))
-        return FakeEngine()
+        opened.append(FakeEngine())
+        return opened[-1].connection()
 
     monkeypatch.setattr(runner, "connect", connect)
     engines = runner._TargetEngines(load_plan(two_target_plan(tmp_path)))
@@ -271,4 +274,5 @@ def test_publishing_takes_each_image_from_the_engine_of_the_target_that_built_it
     assert engines("tiny-embeddings-cuda.cpu@gpu-b") is first, "one connection per target"
     engines("tiny-embeddings@gpu-a")
     engines.close()
+    assert len(opened) == 2 and all(engine.closed for engine in opened), "every connection is closed"
     assert calls == [("tcp://127.0.0.1:23760", None, None), ("unix:///var/run/docker.sock", None, None)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine import RemoveContainers
 from orchestrator.errors import BadInput
 from orchestrator.nightly.cell import CellRequest
 from orchestrator.nightly.target_specs import DockerTargetSpec, SlurmTargetSpec, TlsFiles
@@ -178,8 +179,8 @@ def test_sweep_repeats_until_passes_in_a_row_find_nothing(monkeypatch: pytest.Mo
             self.answers = [[], [], ["c1"], ["c1", "c2"], *([[]] * endpoint_tool._QUIET_PASSES)]
             self.calls = 0
 
-        def remove_containers(self, label: str) -> list[str]:
-            assert label == "io.orch.cell=x"
+        def remove(self, target: RemoveContainers) -> list[str]:
+            assert target == RemoveContainers("io.orch.cell=x")
             self.calls += 1
             return self.answers.pop(0)
 

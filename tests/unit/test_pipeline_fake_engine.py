@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo
-from orchestrator.engine.fake import FakeEngine, ScriptedBuild, ScriptedRun
+from orchestrator.engine.fake import FakeEngine, ScriptedBuild, ScriptedRun, history_entry
 from orchestrator.errors import HandoverDamaged
 from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.pipeline.rebuild import RebuildHooks, rebuild
@@ -137,8 +137,8 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
         ("image", tag),
         ("build", tag),
         ("image", tag),
-        ("image_layers", record.image.id),
-        ("image_layers", base_image(tiny).id),
+        ("image", record.image.id, "layers"),
+        ("image", base_image(tiny).id, "layers"),
         ("run", "inventory", record.image.id),
     ]
     [(built_tag, network, _)] = engine.builds
@@ -151,9 +151,15 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
     sbom = json.loads((tmp_path / "sbom.cdx.json").read_text())
     assert sbom["metadata"]["component"]["version"] == record.image.id, "the SBOM describes the built image"
     assert sbom["metadata"]["timestamp"].startswith("2026-12-01T12:00:00"), "its timestamp is the image's created"
+    # The engine's history: the base's entry, then one per final-stage instruction and the build-label's LABEL.
+    steps = [*final_stage_instructions(dockerfile), "LABEL io.orch.context.digest=…"]
+    history = ScriptedBuild(base=base_image(tiny).id, layers=[history_entry(step, 1) for step in steps])
+    again = FakeEngine(images=[base_image(tiny)], builds=[history], runs=passing_runs(tiny))
+    record = run_build(tiny, again, BuildOptions(out=tmp_path / "again"), clock=clock)
     assert record.layers is not None and record.layers[0].step == "base image"
+    assert [layer.step[:60] for layer in record.layers[1:-1]] == [step[:60] for step in steps[:-1]]
     assert [layer.step.split(" ", 1)[0] for layer in record.layers[1:]] == [
-        line.split(" ", 1)[0] for line in final_stage_instructions(dockerfile)
+        line.split(" ", 1)[0] for line in steps
     ], "each later layer is named by the rendered instruction that made it"
 
 

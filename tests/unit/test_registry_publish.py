@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import RegistryAuth
+from orchestrator.engine import PullRequest, RegistryAuth
 from orchestrator.engine.fake import FakeEngine
 from orchestrator.errors import BadInput, HandoverDamaged
 from orchestrator.model.image_ref import ImageReferenceError, parse_pinned, parse_reference, registry_tag
@@ -245,7 +245,7 @@ def test_a_handover_pulled_by_digest_replays_on_a_clean_engine(tiny: LoadedDossi
     clean = FakeEngine(runs=passing_runs(tiny))
     clean.registry = engine.registry  # the same registry, seen from another machine
     result = verify_handover(folder, clean, tmp_path / "verify")
-    assert result.reproduced and ("pull_by_digest", manifest["repository_digest"]) in clean.calls
+    assert result.reproduced and ("pull", manifest["repository_digest"]) in clean.calls
     assert ("load",) not in clean.calls
 
 
@@ -255,7 +255,7 @@ def test_from_registry_pulls_even_when_the_tarball_is_there(tiny: LoadedDossier,
     clean = FakeEngine(runs=passing_runs(tiny))
     clean.registry = engine.registry
     result = verify_handover(folder, clean, tmp_path / "verify", from_registry=True)
-    assert result.reproduced and [c[0] for c in clean.calls].count("pull_by_digest") == 1
+    assert result.reproduced and [c[0] for c in clean.calls].count("pull") == 1
 
 
 def test_a_registry_image_that_is_not_the_manifests_is_refused_and_removed(tiny: LoadedDossier, tmp_path: Path) -> None:
@@ -353,4 +353,7 @@ def test_the_adapter_turns_a_registry_error_into_one_scrubbed_line() -> None:
     assert "connection refused" in caught.value.message and SECRET not in str(caught.value)
     assert "\n" not in caught.value.message and caught.value.exit_code == 3
     with pytest.raises(RegistryError, match="names no digest"):
-        engine.pull_by_digest("127.0.0.1:5099/team/x:t")
+        PullRequest.by_digest("127.0.0.1:5099/team/x:t")
+    with pytest.raises(RegistryError) as pulled:
+        engine.pull(PullRequest.by_digest(f"127.0.0.1:5099/team/x@{DIGEST}", RegistryAuth("ci", SECRET)))
+    assert "connection refused" in pulled.value.message and SECRET not in str(pulled.value)

@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import ImageInfo
-from orchestrator.engine.docker_engine import _build_network_mode
+from orchestrator.engine.docker_build import build_network_mode as _build_network_mode
 from orchestrator.engine.fake import FakeEngine, ScriptedRun
 from orchestrator.model.build_record import CodeRef
 from orchestrator.plan.build import FEED_URL, make_build_steps, make_plan, wheel_feed_refusal
