@@ -54,7 +54,7 @@ class ScriptedBuild:
     log: str = "Step 1/1 : FROM base\n"
     #: The engine's own error; as the Docker adapter does, the fake ends the log with `ERROR: <error>`.
     error: str | None = None
-    #: Labels of the built image besides those the build passed (the Dockerfile's LABEL instruction).
+    #: Labels of the built image besides those the request names (`dockerfile_labels`, `labels`).
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     size: int = 1 << 20

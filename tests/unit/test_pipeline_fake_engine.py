@@ -158,9 +158,9 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
     record = run_build(tiny, again, BuildOptions(out=tmp_path / "again"), clock=clock)
     assert record.layers is not None and record.layers[0].step == "base image"
     assert [layer.step[:60] for layer in record.layers[1:-1]] == [step[:60] for step in steps[:-1]]
-    assert [layer.step.split(" ", 1)[0] for layer in record.layers[1:]] == [
-        line.split(" ", 1)[0] for line in steps
-    ], "each later layer is named by the rendered instruction that made it"
+    assert [layer.step.split(" ", 1)[0] for layer in record.layers[1:]] == [line.split(" ", 1)[0] for line in steps], (
+        "each later layer is named by the rendered instruction that made it"
+    )
 
 
 def test_a_rebuild_keeps_created_from_the_earlier_image_of_this_identity(tiny: LoadedDossier, tmp_path: Path) -> None:
