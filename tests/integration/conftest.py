@@ -98,8 +98,8 @@ def engine() -> Iterator[Engine]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and no Docker engine answers: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
-    yield connected
-    connected.close()
+    with connected as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import load_dossier
-from orchestrator.engine import Engine, RunSpec
+from orchestrator.engine import Engine, RunSpec, image_layers
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, read_record, run_build
@@ -212,7 +212,9 @@ def test_a_canary_credential_never_leaves_the_host(
     record = read_record(out / "build.json")
     assert record.image is not None
     places = {
-        "docker history --no-trunc": "\n".join(engine.history(record.image.id)),
+        "docker history --no-trunc": "\n".join(
+            entry.created_by for entry in reversed(image_layers(engine, record.image.id))
+        ),
         "labels": json.dumps(record.image.labels),
         "build.log": (out / "build.log").read_text(),
         "build.json": (out / "build.json").read_text(),

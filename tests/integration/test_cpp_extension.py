@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine import Engine, RunSpec
+from orchestrator.engine import BuildRequest, Engine, RunSpec
 from orchestrator.errors import EXIT_BAD_INPUT, BadInput
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.report.write import read_report
@@ -128,7 +128,7 @@ def test_removing_the_built_object_fails_exactly_the_extension_line(
     tag = f"{SESSION_TAG_NAMESPACE}/cpp-extension:no-so"
     tar = context_tar(context)
     with tar.file:
-        outcome = engine.build(tar.file, tag, network="none")
+        outcome = engine.build(BuildRequest(tar.file, tag, network="none"))
     assert outcome.image_id is not None, outcome.log[-2000:]
     result = orch("probe", str(EXAMPLE / "dossier.yaml"), "--image", tag, "--out", str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine import Engine, connect
+from orchestrator.engine import BuildRequest, Engine, connect
 from orchestrator.engine.build_log import build_failure
 from orchestrator.errors import EngineUnavailable
 from orchestrator.stages.base_image import LABEL, BaseOutcome, BaseRecipe, ensure_base_image
@@ -61,7 +61,7 @@ def test_a_failing_build_names_the_step_and_first_error(
     )
     tar = context_tar(tmp_path)
     with tar.file:
-        outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/failing:latest", network="none")
+        outcome = engine.build(BuildRequest(tar.file, f"orch-test-{SESSION_ID}/failing:latest", network="none"))
     assert outcome.image_id is None and outcome.error is not None, "the engine's own words come back"
     failure = build_failure(outcome.log, outcome.error)
     assert failure.step == "RUN python3 -c 'import no_such_module'"

@@ -79,7 +79,7 @@ def test_one_byte_in_one_installed_file_changes_the_digest_and_compare_names_the
 ) -> None:
     record = _record(cold)
     assert record.image is not None and record.inventory is not None and record.inventory.environment is not None
-    derived = _append_one_byte(docker_client, record.image.id, dict(engine.labels), f"{SESSION_TAG_NAMESPACE}/env-1b:1")
+    derived = _append_one_byte(docker_client, record.image.id, dict(engine.settings.labels), f"{SESSION_TAG_NAMESPACE}/env-1b:1")
     probed = probe_inventory(engine, derived)
     assert probed.inventory is not None and probed.environment is not None, probed.error
     changed_env = probed.inventory.environment

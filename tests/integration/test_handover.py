@@ -20,7 +20,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, RemoveImage, RootfsImport
 from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build import BuildOptions, read_record, run_build
@@ -124,7 +124,7 @@ def test_handover_folder_holds_everything_and_verifies_on_a_fresh_copy(
     assert "orch verify ." in procedure and "needs **no credentials**" in (handed_over / "ACCESS.md").read_text()
 
     fresh = _linked_copy(handed_over, tmp_path / "elsewhere" / "handover")
-    engine.remove_image(manifest.image_id)
+    engine.remove(RemoveImage(manifest.image_id))
     assert engine.image(manifest.image_id) is None
     result = orch("verify", str(fresh), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -298,9 +298,9 @@ def tiny_foreign_image(engine: Engine, tmp_path: Path) -> Iterator[str]:
     with tarfile.open(tar_path, "w") as tar:
         tar.add(root / "etc", arcname="etc")
     repository = f"another-user-{SESSION_ID}/tiny"
-    image_id = engine.import_rootfs(tar_path, repository, "1", [f"LABEL {OWNER_LABEL}=another-user"])
+    image_id = engine.load(RootfsImport(tar_path, repository, "1", [f"LABEL {OWNER_LABEL}=another-user"]))[0]
     yield f"{repository}:1"
-    engine.remove_image(image_id)
+    engine.remove(RemoveImage(image_id))
 
 
 def test_a_swapped_tarball_is_refused_before_loading_and_moves_no_tag(
@@ -337,7 +337,7 @@ def test_a_tarball_naming_an_existing_tag_loads_untagged_and_the_tag_stays(
     (copy / "image.tar.gz").unlink()
     retag_tarball(handed_over / "image.tar.gz", copy / "image.tar.gz", [foreign_image])
     reseal(copy, manifest_update={"image_tag": foreign_image})
-    engine.remove_image(manifest.image_id)  # so that verify really loads it
+    engine.remove(RemoveImage(manifest.image_id))  # so that verify really loads it
     result = orch("verify", str(copy), "--out", str(tmp_path / "verify-out"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert _tags_of(engine, foreign_image) == foreign_before, "the foreign tag still names the foreign image"

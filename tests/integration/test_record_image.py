@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.engine import Engine
+from orchestrator.engine import BuildRequest, Engine, RemoveImage
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
 from tests.integration.helpers import SESSION_FILTER, SESSION_ID, orch
@@ -29,7 +29,7 @@ def test_record_reads_the_environment_inside_the_image(
     )
     tar = context_tar(context)
     with tar.file:
-        built = engine.build(tar.file, TAG, network="none")
+        built = engine.build(BuildRequest(tar.file, TAG, network="none"))
     assert built.image_id is not None, built.error
     try:
         app = tmp_path / "app"
@@ -66,4 +66,4 @@ def test_record_reads_the_environment_inside_the_image(
         assert "base_image" not in document["code"]["options"]
         assert "pip==" in (draft / "requirements.in").read_text()
     finally:
-        engine.remove_image(TAG)
+        engine.remove(RemoveImage(TAG))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import Engine, RegistryAuth
+from orchestrator.engine import Engine, PullRequest, RegistryAuth, RemoveImage
 from orchestrator.nightly.cell import CellOutcome
 from orchestrator.nightly.publish import publish_passed
 from orchestrator.report.write import write_report
@@ -144,7 +144,7 @@ def test_a_pushed_handover_without_image_file_verifies_by_digest_after_the_local
     assert registry.password not in pushed.stdout + pushed.stderr and not secret_seen
 
     image_id = manifest["image_id"]
-    engine.remove_image(image_id)  # this test's own image (its own identity): gone from the engine
+    engine.remove(RemoveImage(image_id))  # this test's own image (its own identity): gone from the engine
     assert engine.image(image_id) is None
 
     verified = orch(
@@ -185,7 +185,7 @@ def test_a_night_publishes_by_digest_and_a_registry_down_is_a_failed_result(
     # The push tag is gone again, and with it the engine's note of that repository's digest: pulling the
     # digest back asks the registry, which must answer with this very image.
     assert engine.image(record.images[0].tagged or "") is None
-    assert engine.pull_by_digest(pinned, _auth(registry)).id == record.images[0].image_id
+    assert engine.pull(PullRequest.by_digest(pinned, _auth(registry))).id == record.images[0].image_id
     assert registry.password not in (night / "publish.json").read_text()
 
     image_id = record.images[0].image_id

@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from orchestrator.engine import Engine
+from orchestrator.engine import BuildRequest, Engine
 from orchestrator.engine.build_log import build_failure
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build_context import context_tar
@@ -27,7 +27,7 @@ def _failing_build(engine: Engine, base: str, folder: Path) -> None:
     )
     tar = context_tar(folder)
     with tar.file:
-        outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/fails:1", network="none")
+        outcome = engine.build(BuildRequest(tar.file, f"orch-test-{SESSION_ID}/fails:1", network="none"))
     assert outcome.image_id is None and build_failure(outcome.log, outcome.error).step == "RUN exit 3"
 
 
@@ -68,7 +68,7 @@ def test_orch_s_containers_carry_the_session_label_and_foreign_ones_are_not_coun
     assert foreign_objects.running_container not in session_containers()
     labelled = docker_client.containers.list(all=True, filters={"label": SESSION_FILTER})
     assert all(c.id not in (foreign_objects.running_container, foreign_objects.exited_container) for c in labelled)
-    assert engine.labels.get("io.orch.test-session") == SESSION_FILTER.split("=", 1)[1]
+    assert engine.settings.labels.get("io.orch.test-session") == SESSION_FILTER.split("=", 1)[1]
 
 
 def test_the_default_tag_guard_tells_the_suite_s_damage_from_the_owner_s_own_changes(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from orchestrator.dossier.load import file_sha256, load_dossier
-from orchestrator.engine import Engine, Mount, RunSpec
+from orchestrator.engine import BuildRequest, Engine, Mount, RunSpec
 from orchestrator.engine.build_log import build_failure
 from orchestrator.plan.build import RUNTIME_UID, make_plan, with_stage_labels
 from orchestrator.stages.base_image import BaseOutcome
@@ -27,7 +27,7 @@ TAG = f"orch-test-{SESSION_ID}/tiny-embeddings:integration"
 @pytest.fixture(scope="module")
 def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory) -> str:
     loaded = load_dossier(TINY / "dossier.yaml")
-    plan = with_stage_labels(make_plan(loaded), engine.labels)  # the session's label on every layer
+    plan = with_stage_labels(make_plan(loaded), engine.settings.labels)  # the session's label on every layer
     context = write_context(loaded, plan, tmp_path_factory.mktemp("ctx") / "context")
     assert {path.name for path in context.directory.iterdir()} >= {"Dockerfile", "requirements.lock", "app", "wheels"}
     # One wheel per lock line, plus uv's own when uv installs (it is unpacked in the builder, never installed).
@@ -37,7 +37,7 @@ def built_image(engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytes
     # network=False: the wheelhouse build must not need the network at all.
     tar = context_tar(context.directory)
     with tar.file:
-        outcome = engine.build(tar.file, TAG, network="none")
+        outcome = engine.build(BuildRequest(tar.file, TAG, network="none"))
     assert outcome.image_id is not None, f"build failed: {build_failure(outcome.log, outcome.error)}"
     return outcome.image_id
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.engine import Engine
+from orchestrator.engine import BuildRequest, Engine, RemoveImage
 from orchestrator.errors import EnvironmentFailure
 from orchestrator.plan.build import FEED_PORT, FEED_URL
 from orchestrator.plan.specs import ServiceSpec
@@ -68,16 +68,16 @@ def test_a_step_in_the_feeds_namespace_reads_the_feed_and_reaches_nothing_else(
     tag = f"orch-test-{SESSION_ID}/feed-net:1"
     image = engine.image(base_image.ref)
     assert image is not None
-    with engine.wheel_feed(_spec(image.id), _served()) as feed:
+    with engine.serve(_spec(image.id), _served()) as feed:
         assert feed in _feed_containers(), "the feed runs, labelled for its session"
         tar = context_tar(tmp_path)
         with tar.file:
-            outcome = engine.build(tar.file, tag, network="wheel-feed", feed=feed, no_cache=True)
+            outcome = engine.build(BuildRequest(tar.file, tag, network="wheel-feed", feed=feed, no_cache=True))
     try:
         assert outcome.image_id is not None, outcome.log[-2000:]
         assert "Using cache" not in outcome.log, "every asserting step ran, none came from the cache"
     finally:
-        engine.remove_image(tag)
+        engine.remove(RemoveImage(tag))
     assert not _feed_containers(), "the feed is removed once the build is done"
 
 
@@ -91,7 +91,9 @@ def test_the_same_step_without_the_feed_fails_to_connect(
     )
     tar = context_tar(tmp_path)
     with tar.file:
-        outcome = engine.build(tar.file, f"orch-test-{SESSION_ID}/no-feed:1", network="none", no_cache=True)
+        outcome = engine.build(
+            BuildRequest(tar.file, f"orch-test-{SESSION_ID}/no-feed:1", network="none", no_cache=True)
+        )
     assert outcome.image_id is None
     assert "Connection refused" in outcome.log or "Errno 111" in outcome.log, outcome.log[-1500:]
 
@@ -104,7 +106,7 @@ def test_a_feed_that_cannot_start_is_one_clear_error_and_leaves_nothing(
     before = session_containers()
     with (
         pytest.raises(EnvironmentFailure, match=r"wheel feed.*python9\.9"),
-        engine.wheel_feed(_spec(image.id, python="python9.9"), _served()),
+        engine.serve(_spec(image.id, python="python9.9"), _served()),
     ):
         pytest.fail("the feed started with a Python the image does not have")
     assert session_containers() <= before, "the failed feed's container was removed"
