@@ -17,8 +17,6 @@ from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import PROBE_LABEL, RunPlan
 from orchestrator.plan.specs import RunSpec
 
-#: What the engine adds to every container it starts, whatever the spec (engine/docker_engine.py).
-ENGINE_CONTAINER_RULES = "cap-drop ALL, no-new-privileges, not privileged; removed after it stops"
 MANAGED = ("io.orch.managed", "true")
 #: The build's step number in `build_calls`: what a later step names as the image it runs.
 BUILD_STEP = 4
@@ -67,7 +65,7 @@ def run_details(spec: RunSpec, engine_labels: Mapping[str, str]) -> tuple[tuple[
         ("limits", limits + (f", shm {spec.shm_size}" if spec.shm_size else "")),
         ("gpus", "; ".join(gpus) or "none"),
         *_labels("label", {**engine_labels, **spec.labels, MANAGED[0]: MANAGED[1]}),
-        ("security", ENGINE_CONTAINER_RULES),
+        ("security", f"{spec.hardening.words()}; removed after it stops"),
     ]
     return tuple(rows)
 
