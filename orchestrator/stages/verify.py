@@ -47,10 +47,11 @@ from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 
 #: The repository a verified image is tagged in, by its own id: a name only orch uses, which no
 #: hand-over chooses and which can only ever point at the image whose id it spells.

@@ -22,7 +22,8 @@ from orchestrator.errors import BadInput
 from orchestrator.model.image_ref import ImageReferenceError, parse_pinned
 from orchestrator.model.report import Report
 from orchestrator.report.write import read_report, write_report
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.execute import run_probe
+from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.verify import VerifyResult, adopt_image, judge_replay, pull_pinned
 
 

@@ -22,7 +22,8 @@ from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.environment import ENVIRONMENT_FILE
-from orchestrator.stages.build import BuildOptions, run_build, write_record
+from orchestrator.stages.build import BuildOptions, write_record
+from orchestrator.stages.execute import run_build
 from orchestrator.stages.inventory import probe_inventory, write_environment
 from tests.integration.helpers import SESSION_TAG_NAMESPACE, orch
 from tests.paths import EXAMPLES

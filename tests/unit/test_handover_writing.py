@@ -12,9 +12,11 @@ import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import ImageInfo
+from orchestrator.model.host import HostFacts
 from orchestrator.model.report import StageResult
+from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import _copy_dossier, _procedure_md, procedure_blocks
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from tests.paths import EXAMPLES
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -95,6 +97,9 @@ class _NoContainers:
     def image(self, ref: str) -> ImageInfo | None:
         return ImageInfo(id=IMAGE_ID, tags=(), labels={}, env={}, repo_digests=(), size=1)
 
+    tag_namespace = "orch"
+    labels: dict[str, str] = {}  # noqa: RUF012 - a fake engine's constant
+
     def info(self) -> object:
         raise AssertionError("the host stage ran after a failed image stage")
 
@@ -111,7 +116,8 @@ def test_a_failed_image_stage_stops_the_later_stages_when_asked(
         loaded,
         _NoContainers(),  # type: ignore[arg-type]
         ProbeOptions(out=tmp_path / "out", image=IMAGE_ID, stop_after_failure=True),
-        host_facts=lambda: (_ for _ in ()).throw(AssertionError("host facts collected")),
+        # The host is observed before the first step (read-only); no stage after the image's runs.
+        host_facts=lambda: HostFacts(kernel="k", nvidia=None, amd=None, docker=None),
     )
     assert report.verdict == "failed"
     assert [report.stage(n).status for n in ("image", "host", "device", "sample")] == [
