@@ -169,3 +169,12 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     assert not any(name.startswith("wheels") for name in sent) and "feed_fetch.py" not in sent, sent
     assert "Dockerfile" in sent and "app/embed.py" in sent
     assert not engine.feeds_running, "the feed is gone once the build returns"
+    # The feed branch is a field of step `build`: the steps run are the steps `--dry-run` lists.
+    from orchestrator.pipeline.dry_run import dry_run_build
+    from orchestrator.plan.describe import step_names
+
+    monkeypatch.setattr("orchestrator.stages.code_source._work_tree", lambda folder: None)
+    executed = json.loads((tmp_path / "out" / "steps.json").read_text())["executed"]
+    planned = dry_run_build(loaded, build_module.BuildOptions(out=tmp_path / "out"), environ={})
+    assert "wheel feed:" in planned
+    assert [step["name"] for step in executed] == step_names(planned)
