@@ -142,9 +142,9 @@ def rebuild_and_report(
         )
     run = result.run
     assert run.report is not None
+    _finish(run.report, run.report_paths)
     if run.manifest is not None and handover is not None:
         console.print(f"[green]✓[/] hand-over folder {handover} (replay: orch verify {handover})")
-    _finish(run.report, run.report_paths)
     return run.report
 
 
