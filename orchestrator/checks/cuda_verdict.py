@@ -35,12 +35,12 @@ from orchestrator.checks.require_cuda import (
     image_requirements,
     minor_compat_floor,
     newest_cuda_for_driver,
-    parse_version,
     release_row,
     required_cuda,
 )
 from orchestrator.model.host import HostFacts
 from orchestrator.vendor import torch_local_tag
+from orchestrator.versions import parse_version
 
 ToolkitStatus = Literal[
     "supported",

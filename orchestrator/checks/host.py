@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from orchestrator.model.host import AmdDriverFacts, CompatStatus, CompatVerdict
 from orchestrator.resources import data_json
+from orchestrator.versions import parse_version
 
 
 def without_gpu_advice(cpu_variant: str | None) -> str:
@@ -117,7 +118,7 @@ def _rocm_release(text: str | None) -> Version | None:
     if not text:
         return None
     cleaned = text.strip().removeprefix("rocm").split("-", 1)[0]
-    version = _version(cleaned)
+    version = parse_version(cleaned)
     return Version(f"{version.major}.{version.minor}") if version is not None else None
 
 
@@ -126,12 +127,3 @@ def _rocm_release(text: str | None) -> Version | None:
 
 def _verdict(status: CompatStatus, explanation: str, requirement: str | None, host_driver: str | None) -> CompatVerdict:
     return CompatVerdict(status=status, explanation=explanation, image_requirement=requirement, host_driver=host_driver)
-
-
-def _version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    try:
-        return Version(text.strip())
-    except InvalidVersion:
-        return None

@@ -32,9 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from orchestrator.resources import data_json
+from orchestrator.versions import parse_version
 
 _OPERATORS = ("<=", ">=", "!=", "=", "<", ">")
 _RULE = re.compile(r"^([A-Za-z_]+)(<=|>=|!=|=|<|>)(.+)$")
@@ -281,12 +282,3 @@ def newest_cuda_for_driver(driver: Version) -> Version | None:
 def _three(version: Version) -> tuple[int, int, int]:
     parts = (*version.release, 0, 0, 0)
     return parts[0], parts[1], parts[2]
-
-
-def parse_version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    try:
-        return Version(text.strip())
-    except InvalidVersion:
-        return None

@@ -13,11 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from packaging.version import InvalidVersion, Version
-
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import AmdDriverFacts, AmdGpu
 from orchestrator.resources import data_json
+from orchestrator.versions import parse_version
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE_VERSION = "sys/module/amdgpu/version"
@@ -102,10 +101,8 @@ def parse_rocm_info_version(text: str) -> str | None:
     match = _ROCM_INFO.match(text.strip())
     if not match:
         return None
-    try:
-        return str(Version(match.group(1)))
-    except InvalidVersion:
-        return None
+    version = parse_version(match.group(1))
+    return str(version) if version is not None else None
 
 
 def is_kernel_release(version: str, kernel: str | None = None) -> bool:
