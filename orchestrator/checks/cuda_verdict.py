@@ -29,7 +29,6 @@ from orchestrator.checks.host import without_gpu_advice
 from orchestrator.checks.require_cuda import (
     CudaRelease,
     DeviceFacts,
-    RequireExpressionError,
     cuda_releases,
     evaluate_image,
     image_requirements,
@@ -38,6 +37,7 @@ from orchestrator.checks.require_cuda import (
     release_row,
     required_cuda,
 )
+from orchestrator.errors import RequireExpressionError
 from orchestrator.model.host import HostFacts
 from orchestrator.vendor import torch_local_tag
 from orchestrator.versions import parse_version

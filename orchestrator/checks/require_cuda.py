@@ -34,15 +34,12 @@ from functools import cache
 
 from packaging.version import Version
 
+from orchestrator.errors import RequireExpressionError
 from orchestrator.resources import data_json
 from orchestrator.versions import parse_version
 
 _OPERATORS = ("<=", ">=", "!=", "=", "<", ">")
 _RULE = re.compile(r"^([A-Za-z_]+)(<=|>=|!=|=|<|>)(.+)$")
-
-
-class RequireExpressionError(ValueError):
-    """The expression is not one libnvidia-container accepts ("invalid expression")."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
+from orchestrator.errors import CaptureError as CaptureError  # noqa: PLC0414
 from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NODES, ROCM_INFO_VERSION, collect_amd
 from orchestrator.host.collect import parse_cpuinfo, parse_group_gids, render_nodes
 from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS, collect_docker_gpu
@@ -88,10 +90,6 @@ CAPTURE_FILES: tuple[str, ...] = (
     KERNEL_RELEASE,
     "proc/cpuinfo",
 )
-
-
-class CaptureError(ValueError):
-    """The folder is not a readable orch host capture (one line for the user)."""
 
 
 # ---------------------------------------------------------------------------------------------- writing

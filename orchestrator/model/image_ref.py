@@ -15,6 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
+from orchestrator.errors import ImageReferenceError as ImageReferenceError  # noqa: PLC0414
+
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -28,10 +31,6 @@ TAG = re.compile(_TAG)
 DIGEST = re.compile(_DIGEST)
 #: The distribution project's limit on a repository name (domain and path together).
 NAME_MAX = 255
-
-
-class ImageReferenceError(ValueError):
-    """The text is not an image reference; the message says which part is wrong."""
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.engine import Engine, RegistryAuth
-from orchestrator.errors import BadInput, OrchError
-from orchestrator.model.image_ref import ImageReference, ImageReferenceError, parse_reference
+from orchestrator.errors import BadInput, ImageReferenceError, OrchError
+from orchestrator.model.image_ref import ImageReference, parse_reference
 from orchestrator.text import one_line
 
 

@@ -38,9 +38,9 @@ from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side, environment_of, read_environment_file
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
-from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
+from orchestrator.dossier.yaml_source import read_yaml
 from orchestrator.engine import Engine, RegistryAuth
-from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged, YamlSourceError
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentDiff
 from orchestrator.model.manifest import Manifest
