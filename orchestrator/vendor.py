@@ -14,6 +14,7 @@ from typing import Literal
 
 from packaging.version import Version
 
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.platform import Platform
 from orchestrator.resources import data_json
 
@@ -104,7 +105,8 @@ def default_base_image(platform: Platform, backend_version: str | None) -> BaseI
 
 def find_base_image(ref: str) -> BaseImageInfo | None:
     """The table's row for an image reference (tag form; a digest suffix is ignored)."""
-    bare = ref.split("@", 1)[0]
+    name, tag, _ = split_reference(ref)
+    bare = f"{name}:{tag}" if tag is not None else name
     for image in base_images():
         if image.ref == bare:
             return image
