@@ -7,12 +7,10 @@ and `checks/require_cuda.py`; both read the vendor tables in `orchestrator/data/
 
 from __future__ import annotations
 
-from functools import cache
-
 from packaging.version import Version
 
 from orchestrator.model.host import AmdDriverFacts, CompatStatus, CompatVerdict
-from orchestrator.resources import data_json
+from orchestrator.vendor import rocm_kmd_support
 from orchestrator.versions import parse_version
 
 
@@ -27,13 +25,6 @@ def without_gpu_advice(cpu_variant: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------- ROCm verdict
-
-
-@cache
-def rocm_kmd_support() -> dict[str, tuple[str, ...]]:
-    """KMD (amdgpu DKMS) ROCm release → the user-space releases AMD tested with it (data/rocm_kmd_support.json)."""
-    raw: dict[str, list[str]] = data_json("rocm_kmd_support.json")["kmd"]
-    return {kmd: tuple(user_spaces) for kmd, user_spaces in raw.items()}
 
 
 def rocm_verdict(
