@@ -25,7 +25,6 @@ from typing import Literal
 
 from packaging.version import Version
 
-from orchestrator.checks.host import without_gpu_advice
 from orchestrator.checks.require_cuda import (
     CudaRelease,
     DeviceFacts,
@@ -37,6 +36,7 @@ from orchestrator.checks.require_cuda import (
     release_row,
     required_cuda,
 )
+from orchestrator.checks.rocm_verdict import without_gpu_advice
 from orchestrator.errors import RequireExpressionError
 from orchestrator.model.host import HostFacts
 from orchestrator.vendor import nvidia_gpu_classes, torch_local_tag
