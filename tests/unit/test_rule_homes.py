@@ -28,29 +28,22 @@ from orchestrator.errors import (
 from orchestrator.lock.sources import Source, credentials
 from orchestrator.model.checks import Check, mismatch
 from orchestrator.model.image_ref import parse_reference, split_reference
-from orchestrator.model.report import Report, ReportDossier, StageResult, StageStatus, first_failed_stage
+from orchestrator.model.report import Report, StageResult, StageStatus, first_failed_stage
 from orchestrator.nightly.targets.outcome import last_error_line
 from orchestrator.stages.publish import registry_auth
 from orchestrator.stages.wheelhouse import pip_index_environment
 from orchestrator.text import one_line, strip_ansi
 from orchestrator.vendor import find_base_image
 from orchestrator.versions import parse_version, same_version
+from tests.report_sample import sample_report
 
 DIGEST = "sha256:" + "ab" * 32
 
 
 def _report(*statuses: StageStatus) -> Report:
     names = ("image", "host", "device", "sample")
-    return Report(
-        orch_version="0",
-        created="2026-12-03T00:00:00Z",
-        dossier=ReportDossier(
-            name="d", path="d.yaml", identity="0" * 64, variant=None, platform="cpu", backend_version=None
-        ),
-        image=None,
-        verdict="failed",
-        stages={name: StageResult(name=name, status=status) for name, status in zip(names, statuses, strict=True)},
-    )
+    stages = {name: StageResult(name=name, status=status) for name, status in zip(names, statuses, strict=True)}
+    return sample_report().model_copy(update={"stages": stages})
 
 
 @pytest.mark.parametrize(
