@@ -38,11 +38,12 @@ from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side, environment_of, read_environment_file
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
-from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
+from orchestrator.dossier.yaml_source import read_yaml
 from orchestrator.engine import Engine, RegistryAuth
-from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged, YamlSourceError
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentDiff
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
@@ -297,8 +298,8 @@ def adopt_image(
         return LoadedImage(reference, None)
     present = engine.image(own)
     if present is None:
-        repository, _, version = own.rpartition(":")
-        engine.tag(image_id, repository, version)
+        repository, version, _ = split_reference(own)
+        engine.tag(image_id, repository, version or "latest")
     elif present.id != image_id:
         return LoadedImage(reference, None, f"{own} names another image here ({present.id[:19]}); it was left as it is")
     return LoadedImage(reference, own)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import GpuSelectionError
 from orchestrator.host.capture import CAPTURE_COMMANDS, facts_from_capture, read_capture, write_capture
 from orchestrator.model.host import AmdDriverFacts, AmdGpu, HostFacts
-from orchestrator.plan.gpu_select import GpuSelectionError, select_gpus
+from orchestrator.plan.gpu_select import select_gpus
 from tests.unit.host_fakes import FakeRun, ok
 
 FOUR = "".join(
