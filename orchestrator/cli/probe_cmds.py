@@ -31,11 +31,12 @@ def _finish(report: Report, paths: dict[str, Path]) -> None:
     from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_report_summary
     from orchestrator.errors import VerdictFailed
+    from orchestrator.model.report import first_failed_stage
 
     print_report_summary(make_console(), report, paths)
     if report.verdict != "passed":
-        failed = [stage for stage in report.stages.values() if stage.status == "failed"]
-        first = failed[0] if failed else next(s for s in report.stages.values() if s.status != "passed")
+        first = first_failed_stage(report)
+        assert first is not None, "a report that did not pass has a failed or not-run stage"
         where = (
             f" at {first.first_error.step}: {first.first_error.message}" if first.first_error else f": {first.reason}"
         )
@@ -238,27 +239,21 @@ def doctor(
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import BadInput, VerdictFailed
-    from orchestrator.host.capture import CaptureError, facts_from_capture, read_capture, write_capture
+    from orchestrator.host.capture import facts_from_capture, read_capture, write_capture
     from orchestrator.pipeline.doctor import diagnose
 
     if capture_dir is not None and from_dir is not None:
         raise BadInput("--capture and --from: choose one (capture this host, or read a capture)")
     loaded = load_dossier(dossier, variant=variant) if dossier else None
     if from_dir is not None:
-        try:
-            capture = read_capture(from_dir)
-        except CaptureError as error:
-            raise BadInput(str(error)) from error
+        capture = read_capture(from_dir)
         facts = facts_from_capture(capture)
         diagnosis = diagnose(None, loaded, host_facts=lambda _info: facts, gpus=gpus, environ=capture.env)
         explained = explanations_for_report(dict(capture.logs()))
         diagnosis = diagnosis.model_copy(update={"explanations": explained})
     else:
         if capture_dir is not None:
-            try:
-                manifest = write_capture(capture_dir)
-            except CaptureError as error:
-                raise BadInput(str(error)) from error
+            manifest = write_capture(capture_dir)
             click.echo(
                 f"wrote the host capture {capture_dir}: {len(manifest['commands'])} commands, "
                 f"{len(manifest['files'])} files (read it anywhere: orch doctor --from {capture_dir})",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
-from orchestrator.errors import CaptureError as CaptureError  # noqa: PLC0414
+from orchestrator.errors import CaptureError
 from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NODES, ROCM_INFO_VERSION
 from orchestrator.host.collect import DaemonGpuSettings, RawHost, host_facts, render_nodes
 from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS

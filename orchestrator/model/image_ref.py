@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 # Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
-from orchestrator.errors import ImageReferenceError as ImageReferenceError  # noqa: PLC0414
+from orchestrator.errors import ImageReferenceError
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
-from orchestrator.errors import GpuSelectionError as GpuSelectionError  # noqa: PLC0414
+from orchestrator.errors import GpuSelectionError
 from orchestrator.model.host import HostFacts
 
 Vendor = Literal["nvidia", "amd"]

@@ -34,7 +34,7 @@ from orchestrator.model.build_record import (
     ImageRef,
     WheelRef,
 )
-from orchestrator.model.checks import first_failure
+from orchestrator.model.checks import first_failure, mismatch
 from orchestrator.model.inventory import Inventory, diff_inventories
 from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, FEED_FETCH, FEED_PATHS, LABEL_PREFIX, BuildSteps
 from orchestrator.plan.program import (
@@ -208,8 +208,7 @@ def do_image_checks(step: ImageChecks, run: Run) -> StepOutcome:
     if failed is not None:
         run.failure = BuildFailure(
             step=f"image check: {failed.name}",
-            first_error=f"expected {failed.expected}, observed {failed.observed}"
-            + (f" ({failed.detail})" if failed.detail else ""),
+            first_error=mismatch(failed) + (f" ({failed.detail})" if failed.detail else ""),
         )
         return StepOutcome("failed", run.failure.first_error)
     return DONE

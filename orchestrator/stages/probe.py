@@ -23,7 +23,6 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.errors import BadInput
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.host import HostFacts
 from orchestrator.model.platform import Platform
@@ -36,7 +35,7 @@ from orchestrator.model.report import (
     StageResult,
     overall_verdict,
 )
-from orchestrator.plan.gpu_select import GpuSelection, GpuSelectionError, select_gpus
+from orchestrator.plan.gpu_select import GpuSelection, select_gpus
 from orchestrator.plan.program import DeviceStage, HostStage, ImageStage, SampleStage, WriteReport
 from orchestrator.plan.run import RunPlan
 from orchestrator.report.write import write_report
@@ -102,10 +101,8 @@ def gpu_selection(
     satisfy is the user's input to fix (exit 2), said before anything starts."""
     if platform == "cpu":
         return None
-    try:
-        return select_gpus(gpus, host, environ, vendor="amd" if platform == "rocm" else "nvidia")
-    except GpuSelectionError as error:
-        raise BadInput(str(error)) from error
+    # A GpuSelectionError is BadInput (exit 2): the user's --gpus, said before anything starts.
+    return select_gpus(gpus, host, environ, vendor="amd" if platform == "rocm" else "nvidia")
 
 
 # -- the probe's step handlers (stages/execute.py runs them in the program's order) ---------------------------
