@@ -243,3 +243,70 @@ class NightBusy(BadInput):
     """A night that another `orch nightly run` is writing, or nothing to resume."""
 
     code = "night-busy"
+
+
+# -- Raised where the input is read (and re-exported there), defined here so that every error orch reports has
+# this one root and an exit code from the table: none is rewrapped as `BadInput(str(exc))`. Each stays a
+# ValueError where a pydantic validator or an `except ValueError` reads it.
+
+
+# raised in orchestrator/model/image_ref.py
+class ImageReferenceError(BadInput, ValueError):
+    """The text is not an image reference; the message says which part is wrong.
+
+    Bad input (exit 2) wherever it escapes; still a ValueError, so a pydantic validator that parses a
+    reference reports it as a validation error."""
+
+
+# raised in orchestrator/dossier/lock.py
+class LockError(BadInput, ValueError):
+    """A lock file orch cannot read, at `line`; the loader names the file (DossierError) when it knows it."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+# raised in orchestrator/dossier/yaml_source.py
+class YamlSourceError(BadInput, ValueError):
+    """YAML orch cannot read, at `line` when known; the loader names the file (DossierError) when it knows it."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+# raised in orchestrator/checks/arrays.py
+class ArrayFormatError(VerdictFailed, ValueError):
+    """The file is not what its format promises (bad magic, unsupported dtype, truncated data): a sample's output
+    that fails its check."""
+
+
+# raised in orchestrator/checks/require_cuda.py
+class RequireExpressionError(VerdictFailed, ValueError):
+    """The expression is not one libnvidia-container accepts ("invalid expression"): the image will not start."""
+
+
+# raised in orchestrator/plan/gpu_select.py
+class GpuSelectionError(BadInput, ValueError):
+    """A `--gpus` value orch cannot map on this host (one line naming the option and what to do): bad input."""
+
+
+# raised in orchestrator/host/capture.py
+class CaptureError(BadInput, ValueError):
+    """The folder is not a readable orch host capture (one line for the user): bad input."""
+
+
+# raised in orchestrator/untrusted.py
+class UnsafeOutput(VerdictFailed):
+    """A file a container wrote that the host refuses to read, or cannot parse. The message names it.
+
+    A failed check wherever it escapes (exit 1): the stage that read the file records it as one."""
+
+    def __init__(self, display: str, message: str) -> None:
+        super().__init__(f"{display} {message}")
+        self.display = display
+
+
+class OutputMissing(UnsafeOutput):
+    """The file is not there (or a parent component is missing)."""

@@ -19,12 +19,22 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 # U+FFFE/U+FFFF are not XML characters.
 _UNENCODABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
 _WHITESPACE = re.compile(r"\s+")
+# A terminal escape sequence (ECMA-48), as build logs and tools print them: CSI (`ESC [`, parameter bytes 0x30-0x3F,
+# intermediate bytes 0x20-0x2F, one final byte 0x40-0x7E: colours, cursor moves, `ESC[?25l`, `ESC[2K`), OSC
+# (`ESC ]` … ended by BEL or `ESC \\`: window titles, hyperlinks), else a short escape (`ESC 7`, `ESC M`, `ESC ( B`).
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
 def clean(text: str) -> str:
     """Text that every format can carry: control characters shown as `\\xNN`, never dropped silently."""
     text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
     return _UNENCODABLE.sub("\ufffd", text)
+
+
+def strip_ansi(text: str) -> str:
+    """Text with its terminal escape sequences removed (a log's colours); any other control character is left
+    for `clean` to show."""
+    return ANSI_ESCAPE.sub("", text)
 
 
 def one_line(text: str, limit: int = MAX_LINE_CHARS) -> str:

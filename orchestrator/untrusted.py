@@ -25,6 +25,8 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from orchestrator.errors import OutputMissing, UnsafeOutput
+
 _KINDS = {
     stat.S_IFDIR: "a folder",
     stat.S_IFIFO: "a FIFO",
@@ -32,18 +34,6 @@ _KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
 }
-
-
-class UnsafeOutput(Exception):
-    """A file a container wrote that the host refuses to read, or cannot parse. The message names it."""
-
-    def __init__(self, display: str, message: str) -> None:
-        super().__init__(f"{display} {message}")
-        self.display = display
-
-
-class OutputMissing(UnsafeOutput):
-    """The file is not there (or a parent component is missing)."""
 
 
 def _display(root: Path, parts: list[str]) -> str:

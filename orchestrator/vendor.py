@@ -1,21 +1,216 @@
-"""Typed views over the vendor data tables in `orchestrator/data/` (torch ↔ backend, base images).
-
-The CUDA ↔ driver table (`cuda_driver.json`) has one reader, the NVIDIA verdict (`checks/require_cuda.py`).
+"""The vendor data tables in `orchestrator/data/`: each file read once, here, and validated by its pydantic model.
 
 The facts live in JSON with their sources noted; this module only reads them. Nothing here decides
-policy: the dossier's coherence checks and the renderer ask these questions.
+policy: the dossier's coherence checks, the renderer, the host verdicts (CUDA ↔ driver, ROCm KMD) and the
+failure catalogue ask these questions. `TABLES` names every file and its model; a file that does not fit
+its model is a bug in orch's data and fails at the first read (and in tests/unit/test_vendor_tables.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Literal, TypeVar
 
 from packaging.version import Version
+from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.platform import Platform
 from orchestrator.resources import data_json
+
+# ----------------------------------------------------------------------------------------------- schemas
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class _File(_Row):
+    #: Where the facts come from (every table says so).
+    source: str = Field(alias="_source")
+
+
+class TorchPlatformRow(_Row):
+    cuda: tuple[str, ...]
+    rocm: tuple[str, ...]
+    pypi_cuda: str | None = None
+    min_python: str
+
+
+class TorchPlatformsFile(_File):
+    index_url_template: str = Field(pattern=r"\{tag\}")
+    releases: dict[str, TorchPlatformRow]
+
+
+class BaseImageRow(_Row):
+    key: str
+    platform: Platform | None
+    backend_version: str | None
+    ref: str
+    digest: str | None = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    os: str
+    glibc: str
+    python_versions: tuple[str, ...]
+    python_source: Literal["apt", "image"]
+    default: bool
+
+
+class BaseImagesFile(_File):
+    images: tuple[BaseImageRow, ...]
+
+
+class CudaReleaseRow(_Row):
+    cuda: str
+    release: str
+    linux_driver: str
+    source: str
+
+
+class MinorCompatRow(_Row):
+    floor: str | None
+    note: str
+
+
+class CudaDriverFile(_File):
+    releases_note: str = Field(alias="_releases_note")
+    releases: tuple[CudaReleaseRow, ...]
+    #: CUDA major ("12") → its minor-version-compatibility floor.
+    minor_compat: dict[str, MinorCompatRow]
+
+
+class FailureExampleRow(_Row):
+    message: str
+    source: str
+
+
+class FailureRow(_Row):
+    id: str
+    layer: Literal["host", "device", "sample"]
+    #: Python regular expressions searched in a failure message.
+    patterns: tuple[str, ...] = Field(min_length=1)
+    cause: str
+    next_step: str
+    examples: tuple[FailureExampleRow, ...]
+
+
+class FailuresFile(_Row):
+    about: str = Field(alias="_about")
+    entries: tuple[FailureRow, ...]
+
+
+class InstallerWheelRow(_Row):
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class InstallerRow(_Row):
+    version: str
+    #: machine (`x86_64`) → its wheel.
+    wheels: dict[str, InstallerWheelRow]
+
+
+class InstallersFile(_File):
+    uv: InstallerRow
+
+
+class AmdGpuIdRow(_Row):
+    gfx_target: str
+    family: str
+
+
+class AmdGpuIdsFile(_File):
+    use: str = Field(alias="_use")
+    #: PCI device id (`0x67a0`) → its gfx target.
+    devices: dict[str, AmdGpuIdRow]
+
+
+class RocmKmdSupportFile(_File):
+    #: KMD (amdgpu DKMS) ROCm release → the user-space releases AMD tested with it.
+    kmd: dict[str, tuple[str, ...]]
+
+
+class NvidiaGpuClassesFile(_File):
+    #: Whole-word, case-insensitive regular expressions on a GPU's marketing name: not a data-centre part.
+    consumer: tuple[str, ...] = Field(min_length=1)
+    #: The same, for data-centre parts (checked after `consumer`).
+    datacenter: tuple[str, ...] = Field(min_length=1)
+
+
+#: Every file in orchestrator/data/ and the model it must fit.
+TABLES: dict[str, type[_Row]] = {
+    "torch_platforms.json": TorchPlatformsFile,
+    "base_images.json": BaseImagesFile,
+    "cuda_driver.json": CudaDriverFile,
+    "failures.json": FailuresFile,
+    "installers.json": InstallersFile,
+    "amd_gpu_ids.json": AmdGpuIdsFile,
+    "rocm_kmd_support.json": RocmKmdSupportFile,
+    "nvidia_gpu_classes.json": NvidiaGpuClassesFile,
+}
+
+_T = TypeVar("_T", bound=_Row)
+
+
+@cache
+def _read(name: str) -> _Row:
+    return TABLES[name].model_validate(data_json(name))
+
+
+def table(name: str, model: type[_T]) -> _T:
+    """The file `name` of orchestrator/data/, validated by `model` (read once per process)."""
+    if TABLES.get(name) is not model:
+        raise KeyError(f"{name} is not read as {model.__name__} (see vendor.TABLES)")
+    found = _read(name)
+    assert isinstance(found, model)
+    return found
+
+
+def torch_platforms() -> TorchPlatformsFile:
+    return table("torch_platforms.json", TorchPlatformsFile)
+
+
+def base_images_file() -> BaseImagesFile:
+    return table("base_images.json", BaseImagesFile)
+
+
+def cuda_driver_table() -> CudaDriverFile:
+    return table("cuda_driver.json", CudaDriverFile)
+
+
+def failure_rows() -> tuple[FailureRow, ...]:
+    return table("failures.json", FailuresFile).entries
+
+
+def amd_gpu_ids() -> dict[str, AmdGpuIdRow]:
+    """PCI device id (`0x67a0`) → gfx target, for KFD nodes without `gfx_target_version`."""
+    return table("amd_gpu_ids.json", AmdGpuIdsFile).devices
+
+
+def rocm_kmd_support() -> dict[str, tuple[str, ...]]:
+    """KMD (amdgpu DKMS) ROCm release → the user-space releases AMD tested with it."""
+    return table("rocm_kmd_support.json", RocmKmdSupportFile).kmd
+
+
+@dataclass(frozen=True)
+class GpuClasses:
+    consumer: re.Pattern[str]
+    datacenter: re.Pattern[str]
+
+
+@cache
+def nvidia_gpu_classes() -> GpuClasses:
+    """The consumer and data-centre name patterns of nvidia_gpu_classes.json, each one whole-word regex."""
+    rows = table("nvidia_gpu_classes.json", NvidiaGpuClassesFile)
+
+    def words(patterns: tuple[str, ...]) -> re.Pattern[str]:
+        return re.compile(r"\b(?:" + "|".join(patterns) + r")\b", re.IGNORECASE)
+
+    return GpuClasses(consumer=words(rows.consumer), datacenter=words(rows.datacenter))
+
+
+# ---------------------------------------------------------------------------------------- typed views
 
 
 @dataclass(frozen=True)
@@ -44,16 +239,11 @@ class BaseImageInfo:
 
 @cache
 def torch_releases() -> dict[str, TorchRelease]:
-    raw = data_json("torch_platforms.json")["releases"]
     return {
         series: TorchRelease(
-            series=series,
-            cuda=tuple(row["cuda"]),
-            rocm=tuple(row["rocm"]),
-            pypi_cuda=row.get("pypi_cuda"),
-            min_python=row["min_python"],
+            series=series, cuda=row.cuda, rocm=row.rocm, pypi_cuda=row.pypi_cuda, min_python=row.min_python
         )
-        for series, row in raw.items()
+        for series, row in torch_platforms().releases.items()
     }
 
 
@@ -62,8 +252,7 @@ def torch_release(version: Version) -> TorchRelease | None:
 
 
 def torch_index_url(tag: str) -> str:
-    template: str = data_json("torch_platforms.json")["index_url_template"]
-    return template.format(tag=tag)
+    return torch_platforms().index_url_template.format(tag=tag)
 
 
 def torch_local_tag(platform: Platform, backend_version: str | None) -> str:
@@ -78,21 +267,7 @@ def torch_local_tag(platform: Platform, backend_version: str | None) -> str:
 
 @cache
 def base_images() -> tuple[BaseImageInfo, ...]:
-    return tuple(
-        BaseImageInfo(
-            key=row["key"],
-            platform=row["platform"],
-            backend_version=row["backend_version"],
-            ref=row["ref"],
-            digest=row["digest"],
-            os=row["os"],
-            glibc=row["glibc"],
-            python_versions=tuple(row["python_versions"]),
-            python_source=row["python_source"],
-            default=row["default"],
-        )
-        for row in data_json("base_images.json")["images"]
-    )
+    return tuple(BaseImageInfo(**row.model_dump()) for row in base_images_file().images)
 
 
 def default_base_image(platform: Platform, backend_version: str | None) -> BaseImageInfo | None:
@@ -104,7 +279,8 @@ def default_base_image(platform: Platform, backend_version: str | None) -> BaseI
 
 def find_base_image(ref: str) -> BaseImageInfo | None:
     """The table's row for an image reference (tag form; a digest suffix is ignored)."""
-    bare = ref.split("@", 1)[0]
+    name, tag, _ = split_reference(ref)
+    bare = f"{name}:{tag}" if tag is not None else name
     for image in base_images():
         if image.ref == bare:
             return image
@@ -129,10 +305,8 @@ class InstallerWheel:
 
 def uv_wheel(machine: str = "x86_64") -> InstallerWheel | None:
     """uv's pinned wheel for `machine`, or None when the table has none for it."""
-    row = data_json("installers.json")["uv"]
-    wheel = row["wheels"].get(machine)
+    row = table("installers.json", InstallersFile).uv
+    wheel = row.wheels.get(machine)
     if wheel is None:
         return None
-    return InstallerWheel(
-        name="uv", version=row["version"], machine=machine, file_name=wheel["file"], sha256=wheel["sha256"]
-    )
+    return InstallerWheel(name="uv", version=row.version, machine=machine, file_name=wheel.file, sha256=wheel.sha256)

@@ -1,6 +1,6 @@
 """Can a ROCm container reach the AMD GPUs? /dev/kfd, render nodes, the numeric video/render gids, and the
 overrides that change what the runtime believes the GPU is. Pure: host facts and the environment in, findings out.
-The KMD ↔ ROCm support window itself is `checks.host.rocm_verdict` (AMD's user/kernel-space matrix).
+The KMD ↔ ROCm support window itself is `checks.rocm_verdict.rocm_verdict` (AMD's user/kernel-space matrix).
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib import format as npy_format
 
-from orchestrator.untrusted import UnsafeOutput, parse_json, parse_json_lines
+from orchestrator.errors import ArrayFormatError, UnsafeOutput
+from orchestrator.untrusted import parse_json, parse_json_lines
 
 MAGIC = b"\x93NUMPY"
 #: numpy's own reader refuses headers over 10 000 bytes by default; a little room beyond it.
@@ -69,10 +70,6 @@ FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 Scalar = float | int | bool | str
 NDArray = npt.NDArray[Any]
-
-
-class ArrayFormatError(ValueError):
-    """The file is not what its format promises (bad magic, unsupported dtype, truncated data)."""
 
 
 class Array(ABC):

@@ -25,22 +25,22 @@ from typing import Literal
 
 from packaging.version import Version
 
-from orchestrator.checks.host import without_gpu_advice
 from orchestrator.checks.require_cuda import (
     CudaRelease,
     DeviceFacts,
-    RequireExpressionError,
     cuda_releases,
     evaluate_image,
     image_requirements,
     minor_compat_floor,
     newest_cuda_for_driver,
-    parse_version,
     release_row,
     required_cuda,
 )
+from orchestrator.checks.rocm_verdict import without_gpu_advice
+from orchestrator.errors import RequireExpressionError
 from orchestrator.model.host import HostFacts
-from orchestrator.vendor import torch_local_tag
+from orchestrator.vendor import nvidia_gpu_classes, torch_local_tag
+from orchestrator.versions import parse_version
 
 ToolkitStatus = Literal[
     "supported",
@@ -303,25 +303,14 @@ def _jetson(l4t: str, image_cuda: str | None) -> ToolkitVerdict:
     )
 
 
-# A heuristic, not a table from NVIDIA: forward compatibility (cuda-compat) is offered only on data-center
-# GPUs (gpu-domain §1.3), and nothing the driver reports says "data center". Product names do: GeForce,
-# TITAN, Quadro and RTX cards are not data-center parts (the few NGC-ready RTX server cards are treated as
-# not eligible, the safe side: a wrong "no" costs a suggestion, a wrong "yes" a false hope).
-_CONSUMER = re.compile(r"\b(GeForce|TITAN|Quadro|RTX)\b", re.IGNORECASE)
-_DATACENTER = re.compile(
-    r"\b(Tesla|DGX|HGX"
-    r"|[KMPV]\d{2,3}|P4|T4|A2|A10G?|A16|A30|A40|A100|A800|H20|H100|H800|H200|GH200|GB200|GB300|B100|B200|B300"
-    r"|L4|L20|L40S?)\b",
-    re.IGNORECASE,
-)
-
-
 def gpu_datacenter(name: str) -> bool:
     """Whether an NVIDIA GPU name looks like a data-center part ("NVIDIA H100 80GB HBM3": yes; "NVIDIA GeForce
-    RTX 4090": no). A heuristic on the marketing name; unknown names count as not data-center."""
-    if _CONSUMER.search(name):
+    RTX 4090": no). A heuristic on the marketing name (data/nvidia_gpu_classes.json says why); unknown names
+    count as not data-center."""
+    classes = nvidia_gpu_classes()
+    if classes.consumer.search(name):
         return False
-    return bool(_DATACENTER.search(name))
+    return bool(classes.datacenter.search(name))
 
 
 # A product-name heuristic for the toolkit's `brand` rule (NVML brand names, lower case as in NVIDIA_REQUIRE_CUDA).

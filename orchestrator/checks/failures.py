@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from orchestrator.resources import data_json
+from orchestrator.vendor import failure_rows
 
 Layer = Literal["host", "device", "sample"]
 
@@ -48,17 +48,16 @@ class Explanation:
 
 @cache
 def catalogue() -> tuple[FailureCause, ...]:
-    raw = data_json("failures.json")["entries"]
     return tuple(
         FailureCause(
-            id=entry["id"],
-            layer=entry["layer"],
-            patterns=tuple(re.compile(pattern) for pattern in entry["patterns"]),
-            cause=entry["cause"],
-            next_step=entry["next_step"],
-            examples=tuple(Example(example["message"], example["source"]) for example in entry["examples"]),
+            id=entry.id,
+            layer=entry.layer,
+            patterns=tuple(re.compile(pattern) for pattern in entry.patterns),
+            cause=entry.cause,
+            next_step=entry.next_step,
+            examples=tuple(Example(example.message, example.source) for example in entry.examples),
         )
-        for entry in raw
+        for entry in failure_rows()
     )
 
 

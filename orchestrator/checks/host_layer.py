@@ -1,6 +1,6 @@
 """The host layer's checks, written once: used by the probe's host stage, host mode and `orch doctor`.
 
-`checks/cuda_verdict.py` (NVIDIA) and `checks/host.py` (ROCm) hold the verdicts (can this driver run that
+`checks/cuda_verdict.py` (NVIDIA) and `checks/rocm_verdict.py` (ROCm) hold the verdicts (can this driver run that
 CUDA/ROCm, in words); this module turns a host's facts and an image's needs into that verdict and into the host
 stage's checks. Pure.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from orchestrator.checks.amd_access import amd_access_findings
 from orchestrator.checks.arch_coverage import cuda_arch_coverage, rocm_arch_coverage
 from orchestrator.checks.cuda_verdict import needed_cuda, nvidia_host, nvidia_verdict
-from orchestrator.checks.host import rocm_verdict
+from orchestrator.checks.rocm_verdict import rocm_verdict
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
 from orchestrator.model.host import CompatVerdict, HostFacts

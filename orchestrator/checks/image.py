@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from orchestrator.checks.cuda_archs import expected_archs
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.checks import Check
 from orchestrator.model.inventory import BuiltExtension, Inventory, InventoryDiff, parse_freeze
-
-
-def _same_version(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
+from orchestrator.versions import same_version
 
 
 def reference_inventory_warning(loaded: LoadedDossier) -> str | None:
@@ -48,7 +41,7 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
         if requirement.marker is not None:
             continue  # platform-specific lines: pip decided, the freeze shows what applied
         found = installed.get(canonicalize_name(requirement.name))
-        if found is None or not _same_version(found, str(requirement.version)):
+        if found is None or not same_version(found, str(requirement.version)):
             wrong.append(f"{requirement.text} (installed: {found or 'missing'})")
     checks.append(
         Check(

@@ -32,16 +32,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from orchestrator.resources import data_json
+from orchestrator.errors import RequireExpressionError
+from orchestrator.vendor import cuda_driver_table
+from orchestrator.versions import parse_version
 
 _OPERATORS = ("<=", ">=", "!=", "=", "<", ">")
 _RULE = re.compile(r"^([A-Za-z_]+)(<=|>=|!=|=|<|>)(.+)$")
-
-
-class RequireExpressionError(ValueError):
-    """The expression is not one libnvidia-container accepts ("invalid expression")."""
 
 
 @dataclass(frozen=True)
@@ -243,10 +241,9 @@ class CudaRelease:
 @cache
 def cuda_releases() -> tuple[CudaRelease, ...]:
     """NVIDIA's Table 3 rows (data/cuda_driver.json `releases`), oldest first."""
-    raw = data_json("cuda_driver.json")["releases"]
     rows = [
-        CudaRelease(Version(r["cuda"]), r["release"], Version(r["linux_driver"]), r["source"], r["linux_driver"])
-        for r in raw
+        CudaRelease(Version(r.cuda), r.release, Version(r.linux_driver), r.source, r.linux_driver)
+        for r in cuda_driver_table().releases
     ]
     return tuple(sorted(rows, key=lambda row: row.cuda))
 
@@ -254,9 +251,8 @@ def cuda_releases() -> tuple[CudaRelease, ...]:
 @cache
 def minor_compat_floor(major: int) -> str | None:
     """The minor-version-compatibility floor of a CUDA major as NVIDIA writes it (Table 2); None for 10.x."""
-    entry = data_json("cuda_driver.json")["minor_compat"].get(str(major))
-    floor: str | None = entry.get("floor") if entry else None
-    return floor
+    entry = cuda_driver_table().minor_compat.get(str(major))
+    return entry.floor if entry else None
 
 
 def release_row(cuda: Version) -> CudaRelease | None:
@@ -281,12 +277,3 @@ def newest_cuda_for_driver(driver: Version) -> Version | None:
 def _three(version: Version) -> tuple[int, int, int]:
     parts = (*version.release, 0, 0, 0)
     return parts[0], parts[1], parts[2]
-
-
-def parse_version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    try:
-        return Version(text.strip())
-    except InvalidVersion:
-        return None

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.checks import metrics
-from orchestrator.checks.arrays import FLOAT_DTYPES, Array, ArrayFormatError, json_array, npy_from_file, read_reference
+from orchestrator.checks.arrays import FLOAT_DTYPES, Array, json_array, npy_from_file, read_reference
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.dossier.models import (
     AllCloseComparison,
@@ -29,8 +29,9 @@ from orchestrator.dossier.models import (
     NearestNeighbourCheck,
     OutputSpec,
 )
+from orchestrator.errors import ArrayFormatError, OutputMissing, UnsafeOutput
 from orchestrator.model.checks import Check
-from orchestrator.untrusted import OutputMissing, UnsafeOutput, open_output, read_output_json
+from orchestrator.untrusted import open_output, read_output_json
 
 MIB = 1 << 20
 

@@ -49,7 +49,8 @@ def build(
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import VerdictFailed
-    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, run_build
+    from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
+    from orchestrator.stages.execute import run_build
 
     console = make_console()
     loaded = load_dossier(dossier, variant=variant)

@@ -117,8 +117,8 @@ def _push_target(text: str, identity: str) -> ImageReference:
     """`--push REGISTRY/REPOSITORY[:TAG]`, the tag defaulting to `<identity12>-<YYYYMMDD>` (today, UTC)."""
     from datetime import UTC, datetime
 
-    from orchestrator.errors import BadInput
-    from orchestrator.model.image_ref import ImageReferenceError, parse_reference, registry_tag
+    from orchestrator.errors import BadInput, ImageReferenceError
+    from orchestrator.model.image_ref import parse_reference, registry_tag
     from orchestrator.stages.publish import push_target
 
     try:
@@ -286,7 +286,8 @@ def _as_reference(source: str) -> str | None:
     reference with a registry, a tag or a digest is one — a tag-only reference is then refused later
     with the reason (exit 2), never mistaken for a missing folder.
     """
-    from orchestrator.model.image_ref import ImageReferenceError, parse_reference
+    from orchestrator.errors import ImageReferenceError
+    from orchestrator.model.image_ref import parse_reference
 
     if Path(source).exists():
         return None

@@ -20,18 +20,23 @@ if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from orchestrator.pipeline.rebuild import RebuildHooks
 
 
-def _finish(report_out: Path, report: Report) -> None:
-    """Write every format, print the summary, and turn a failed verdict into exit 1."""
+def report_paths(out: Path) -> dict[str, Path]:
+    from orchestrator.report.write import FILES
+
+    return {kind: out.resolve() / name for kind, name in FILES.items()}
+
+
+def _finish(report: Report, paths: dict[str, Path]) -> None:
+    """Print the summary of a report the program wrote (`paths`), and turn a failed verdict into exit 1."""
     from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_report_summary
     from orchestrator.errors import VerdictFailed
-    from orchestrator.report.write import write_report
+    from orchestrator.model.report import first_failed_stage
 
-    paths = write_report(report, report_out)
     print_report_summary(make_console(), report, paths)
     if report.verdict != "passed":
-        failed = [stage for stage in report.stages.values() if stage.status == "failed"]
-        first = failed[0] if failed else next(s for s in report.stages.values() if s.status != "passed")
+        first = first_failed_stage(report)
+        assert first is not None, "a report that did not pass has a failed or not-run stage"
         where = (
             f" at {first.first_error.step}: {first.first_error.message}" if first.first_error else f": {first.reason}"
         )
@@ -52,7 +57,8 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
-    from orchestrator.stages.probe import ProbeOptions, run_probe
+    from orchestrator.stages.execute import run_probe
+    from orchestrator.stages.probe import ProbeOptions
 
     loaded = load_dossier(dossier, variant=variant)
     if dry_run:
@@ -67,8 +73,9 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus
             engine,
             ProbeOptions(out=out, image=image, gpus=gpus, environ=dict(os.environ)),
             on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
+            write_report=True,
         )
-    _finish(out, report)
+    _finish(report, report_paths(out))
 
 
 class _RebuildView:
@@ -114,11 +121,13 @@ def rebuild_and_report(
     no_cache: bool,
     network: str | None = None,
     gpus: str | None = None,
+    handover: Path | None = None,
 ) -> Report:
-    """`orch rebuild` on the console: the pipeline, the report written, a failed verdict raised (exit 1)."""
+    """`orch rebuild` on the console: one program on one engine connection (build, probe, report, and the
+    hand-over when asked and the report passed); a failed verdict raised (exit 1)."""
     from orchestrator.cli.console import make_console
     from orchestrator.engine import connect
-    from orchestrator.pipeline.rebuild import rebuild as run_rebuild
+    from orchestrator.pipeline.rebuild import rebuild_run
     from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
 
     options = BuildOptions(
@@ -127,10 +136,17 @@ def rebuild_and_report(
         no_cache=no_cache,
         network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
     )
-    with connect() as engine, _RebuildView(make_console(), loaded.model.name, out) as view:
-        report = run_rebuild(loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ))
-    _finish(out, report)
-    return report
+    console = make_console()
+    with connect() as engine, _RebuildView(console, loaded.model.name, out) as view:
+        result = rebuild_run(
+            loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ), handover=handover
+        )
+    run = result.run
+    assert run.report is not None
+    _finish(run.report, run.report_paths)
+    if run.manifest is not None and handover is not None:
+        console.print(f"[green]✓[/] hand-over folder {handover} (replay: orch verify {handover})")
+    return run.report
 
 
 @click.command()
@@ -183,16 +199,9 @@ def rebuild(
         )
         click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, gpus=gpus), nl=False)
         return
-    rebuild_and_report(loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network, gpus=gpus)
-    if handover_dir is not None:
-        from orchestrator.cli.console import make_console
-        from orchestrator.engine import connect
-        from orchestrator.stages.handover import write_handover
-
-        console = make_console()
-        with connect() as engine, console.status("handing over") as status:
-            write_handover(loaded, engine, out, handover_dir, on_stage=lambda s: status.update(f"hand-over: {s}"))
-        console.print(f"[green]✓[/] hand-over folder {handover_dir} (replay: orch verify {handover_dir})")
+    rebuild_and_report(
+        loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network, gpus=gpus, handover=handover_dir
+    )
 
 
 @click.command()
@@ -230,27 +239,21 @@ def doctor(
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import BadInput, VerdictFailed
-    from orchestrator.host.capture import CaptureError, facts_from_capture, read_capture, write_capture
+    from orchestrator.host.capture import facts_from_capture, read_capture, write_capture
     from orchestrator.pipeline.doctor import diagnose
 
     if capture_dir is not None and from_dir is not None:
         raise BadInput("--capture and --from: choose one (capture this host, or read a capture)")
     loaded = load_dossier(dossier, variant=variant) if dossier else None
     if from_dir is not None:
-        try:
-            capture = read_capture(from_dir)
-        except CaptureError as error:
-            raise BadInput(str(error)) from error
+        capture = read_capture(from_dir)
         facts = facts_from_capture(capture)
         diagnosis = diagnose(None, loaded, host_facts=lambda _info: facts, gpus=gpus, environ=capture.env)
         explained = explanations_for_report(dict(capture.logs()))
         diagnosis = diagnosis.model_copy(update={"explanations": explained})
     else:
         if capture_dir is not None:
-            try:
-                manifest = write_capture(capture_dir)
-            except CaptureError as error:
-                raise BadInput(str(error)) from error
+            manifest = write_capture(capture_dir)
             click.echo(
                 f"wrote the host capture {capture_dir}: {len(manifest['commands'])} commands, "
                 f"{len(manifest['files'])} files (read it anywhere: orch doctor --from {capture_dir})",
@@ -287,4 +290,6 @@ def probe_host(platform: str, backend_version: str | None, python: str | None, o
         host_facts=lambda: collect_host_facts(None),
         run=subprocess.run,
     )
-    _finish(out, report)
+    from orchestrator.report.write import write_report
+
+    _finish(report, write_report(report, out))

@@ -14,6 +14,7 @@ from orchestrator import vendor
 from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.dossier.lock import Lock
 from orchestrator.dossier.models import BaseImageSpec, PythonSpec, SystemSpec
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.platform import Platform
 
 
@@ -45,8 +46,8 @@ class ResolvedBaseImage:
     def has_nvcc(self) -> bool:
         """NVIDIA's devel images (nvidia/cuda:<version>-[cudnn-]devel-<os>) carry nvcc in /usr/local/cuda;
         runtime images and orch's local Debian base do not."""
-        repository, _, tag = self.ref.partition("@")[0].rpartition(":")
-        return repository.endswith("nvidia/cuda") and "-devel-" in f"-{tag}-"
+        repository, tag, _ = split_reference(self.ref)
+        return repository.endswith("nvidia/cuda") and "-devel-" in f"-{tag or ''}-"
 
 
 def _versions(values: tuple[str, ...]) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from packaging.version import Version
 
 from orchestrator import vendor
-from orchestrator.resources import data_json
 
 #: Every mount the sample's container gets: (target, mode, what). `orchestrator.plan.run.sample_mounts` makes
 #: them; a unit test checks the two agree.
@@ -113,8 +112,8 @@ def determinism_markdown() -> list[str]:
 
 
 def vendor_tables_markdown() -> list[str]:
-    torch_source = data_json("torch_platforms.json")["_source"]
-    images_source = data_json("base_images.json")["_source"]
+    torch_source = vendor.torch_platforms().source
+    images_source = vendor.base_images_file().source
     releases = sorted(vendor.torch_releases().values(), key=lambda release: Version(release.series))
     lines = [
         "## Vendor tables",

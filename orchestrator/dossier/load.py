@@ -39,7 +39,7 @@ from orchestrator.dossier.fingerprints import (
     total_bytes,
     where_differ,
 )
-from orchestrator.dossier.lock import Lock, LockError, parse_lock
+from orchestrator.dossier.lock import Lock, parse_lock
 from orchestrator.dossier.models import SCHEMA_VERSION, Dossier
 from orchestrator.dossier.paths import (
     OnBytes,
@@ -52,8 +52,8 @@ from orchestrator.dossier.paths import (
     tree_sha256,
     walk_tree,
 )
-from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, YamlSourceError, read_yaml
-from orchestrator.errors import DossierError
+from orchestrator.dossier.yaml_source import MAX_BYTES, FieldPath, YamlDocument, read_yaml
+from orchestrator.errors import DossierError, LockError, YamlSourceError
 
 # file_sha256 lives in `paths` and the fingerprint rules in `fingerprints`; both are re-exported because
 # callers hash and compare files as `load` does.

@@ -15,13 +15,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from orchestrator.errors import LockError
+
 _HASH = re.compile(r"^--hash[= ]sha256:([0-9a-f]{64})$")
-
-
-class LockError(ValueError):
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(message)
-        self.line = line
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,12 @@ from typing import Any
 
 import yaml
 
+from orchestrator.errors import YamlSourceError
+
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 32
 
 FieldPath = tuple[str | int, ...]
-
-
-class YamlSourceError(ValueError):
-    def __init__(self, message: str, line: int | None = None) -> None:
-        super().__init__(message)
-        self.line = line
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from packaging.version import InvalidVersion, Version
-
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import AmdDriverFacts, AmdGpu
-from orchestrator.resources import data_json
+from orchestrator.vendor import amd_gpu_ids
+from orchestrator.versions import parse_version
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE_VERSION = "sys/module/amdgpu/version"
@@ -102,10 +101,8 @@ def parse_rocm_info_version(text: str) -> str | None:
     match = _ROCM_INFO.match(text.strip())
     if not match:
         return None
-    try:
-        return str(Version(match.group(1)))
-    except InvalidVersion:
-        return None
+    version = parse_version(match.group(1))
+    return str(version) if version is not None else None
 
 
 def is_kernel_release(version: str, kernel: str | None = None) -> bool:
@@ -256,8 +253,7 @@ def kfd_gpus(root: Path) -> list[AmdGpu]:
 def legacy_gfx_targets() -> dict[int, str]:
     """PCI device id → gfx target for KFD nodes without `gfx_target_version` (data/amd_gpu_ids.json, libhsakmt's
     gfxip_lookup_table)."""
-    raw: dict[str, dict[str, str]] = data_json("amd_gpu_ids.json")["devices"]
-    return {int(key, 16): entry["gfx_target"] for key, entry in raw.items()}
+    return {int(key, 16): entry.gfx_target for key, entry in amd_gpu_ids().items()}
 
 
 def kfd_gfx_target(properties: dict[str, int | str]) -> str | None:

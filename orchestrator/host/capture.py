@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NODES, ROCM_INFO_VERSION, collect_amd
-from orchestrator.host.collect import parse_cpuinfo, parse_group_gids, render_nodes
-from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS, collect_docker_gpu
+# Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
+from orchestrator.errors import CaptureError
+from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NODES, ROCM_INFO_VERSION
+from orchestrator.host.collect import DaemonGpuSettings, RawHost, host_facts, render_nodes
+from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS
 from orchestrator.host.nvidia import (
     FULL_QUERY_FIELDS,
     PROC_DRIVER_VERSION,
     QUERY_FIELDS,
     SYS_MODULE_VERSION,
     TEGRA_RELEASE_FILE,
-    collect_nvidia,
     parse_nvidia_smi_csv,
     read_l4t_release,
 )
@@ -88,10 +89,6 @@ CAPTURE_FILES: tuple[str, ...] = (
     KERNEL_RELEASE,
     "proc/cpuinfo",
 )
-
-
-class CaptureError(ValueError):
-    """The folder is not a readable orch host capture (one line for the user)."""
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -290,40 +287,27 @@ def _inside(folder: Path, stored: str) -> bool:
     return resolved == folder.resolve() or folder.resolve() in resolved.parents
 
 
-def facts_from_capture(capture: Capture) -> HostFacts:
-    """HostFacts of the captured host, through the live collectors pointed at the copy (NVML off)."""
+def capture_host(capture: Capture) -> RawHost:
+    """The captured host as a `RawHost`: the copied tree, the recorded tool outputs (NVML off), the recorded
+    `docker info`."""
     run = capture.runner()
-    root = capture.root
-    notes: list[str] = [f"read from the host capture {capture.folder}"]
-    nvidia, nvidia_notes = collect_nvidia(root, run, use_nvml=False)
-    amd, amd_notes = collect_amd(root, run, rocminfo_fallback=True)
-    notes += nvidia_notes + amd_notes
     runtimes, spec_dirs = parse_docker_info(run_tool(run, ["docker", "info"]).stdout)
-    docker = None
-    if runtimes is not None:
-        docker, docker_notes = collect_docker_gpu(runtimes, spec_dirs or [], root)
-        notes += docker_notes
-    else:
-        notes.append("Docker: the capture holds no `docker info` runtimes")
-    gids = {}
-    group = root / "etc/group"
-    if group.is_file():
-        gids = parse_group_gids(group.read_text(encoding="utf-8", errors="replace"), ("video", "render"))
-    cpu_text = _read(root / "proc/cpuinfo")
-    nvidia = _with_header_queries(capture, nvidia, notes)
-    return HostFacts(
-        kernel=(_read(root / KERNEL_RELEASE) or "unknown").strip(),
-        nvidia=nvidia,
-        amd=amd,
-        docker=docker,
-        kfd_present=(root / "dev/kfd").exists(),
-        dri_render_nodes=render_nodes(root),
-        video_gid=gids.get("video"),
-        render_gid=gids.get("render"),
-        cpu=parse_cpuinfo(cpu_text) if cpu_text else None,
-        l4t_release=read_l4t_release(root),
-        notes=notes,
+    return RawHost(
+        root=capture.root,
+        run=run,
+        kernel=(_read(capture.root / KERNEL_RELEASE) or "unknown").strip(),
+        daemon=None if runtimes is None else DaemonGpuSettings(runtimes, spec_dirs),
+        docker_unknown="Docker: the capture holds no `docker info` runtimes",
+        use_nvml=False,
+        rocminfo_fallback=True,
+        origin_notes=(f"read from the host capture {capture.folder}",),
+        nvidia_fallback=lambda nvidia, notes: _with_header_queries(capture, nvidia, notes),
     )
+
+
+def facts_from_capture(capture: Capture) -> HostFacts:
+    """HostFacts of the captured host, by the live path's one assembly (`host_facts`) over the copy."""
+    return host_facts(capture_host(capture))
 
 
 def filter_docker_info(text: str) -> str:

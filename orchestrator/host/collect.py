@@ -1,9 +1,16 @@
 """All host facts in one call: drivers (NVIDIA, AMD), the daemon's GPU support, and what AMD containers need
-mapped in (/dev/kfd, render nodes, the numeric `video`/`render` gids)."""
+mapped in (/dev/kfd, render nodes, the numeric `video`/`render` gids).
+
+One assembly, two sources: a live machine and a host capture (`orch doctor --from`, host/capture.py) both
+describe themselves as a `RawHost` (a file tree, the tools that answer, the daemon's GPU settings) and
+`host_facts` turns either into `HostFacts`, so a diagnosis read from a capture is the live path's diagnosis.
+"""
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.engine import EngineInfo
@@ -11,23 +18,53 @@ from orchestrator.host.amd import collect_amd
 from orchestrator.host.docker_gpu import collect_docker_gpu
 from orchestrator.host.nvidia import collect_nvidia, read_l4t_release
 from orchestrator.host.tools import Runner, subprocess_runner
-from orchestrator.model.host import CpuFacts, DockerGpuFacts, HostFacts
+from orchestrator.model.host import CpuFacts, DockerGpuFacts, HostFacts, NvidiaDriverFacts
 
 
-def collect_host_facts(
-    engine_info: EngineInfo | None, root: Path = Path("/"), run: Runner = subprocess_runner
-) -> HostFacts:
-    """The machine as a GPU container will see it. Reads files under `root` and runs tools through `run`;
-    the CDI specs are read locally, so `engine_info` should describe the local daemon."""
-    notes: list[str] = []
-    nvidia, nvidia_notes = collect_nvidia(root, run)
-    amd, amd_notes = collect_amd(root, run)
+@dataclass(frozen=True)
+class DaemonGpuSettings:
+    """What the Docker daemon says about GPUs: its runtimes and the folders it reads CDI specs from."""
+
+    runtimes: Sequence[str]
+    cdi_spec_dirs: Sequence[str]
+
+
+@dataclass(frozen=True)
+class RawHost:
+    """A host before it is read: its files under `root`, its tools through `run`, the daemon's GPU settings.
+
+    A live machine is `/`, `subprocess.run` and the engine's info (`live_host`); a capture is its copied tree,
+    its recorded command outputs and its recorded `docker info` (`Capture.raw_host`).
+    """
+
+    root: Path
+    run: Runner
+    kernel: str
+    #: None when the daemon's GPU support is not known; `docker_unknown` then says why.
+    daemon: DaemonGpuSettings | None
+    docker_unknown: str
+    #: Ask NVML (the live driver) first; a capture has only the tools' recorded answers.
+    use_nvml: bool = True
+    #: Read AMD GPUs from rocminfo when KFD's topology lists none (a capture assembled by hand).
+    rocminfo_fallback: bool = False
+    #: Said first (where the facts come from).
+    origin_notes: tuple[str, ...] = ()
+    #: A last source of NVIDIA GPUs when the standard queries found none (the capture's own query outputs).
+    nvidia_fallback: Callable[[NvidiaDriverFacts | None, list[str]], NvidiaDriverFacts | None] | None = None
+
+
+def host_facts(raw: RawHost) -> HostFacts:
+    """The one assembly of `HostFacts`, from a live host or a capture alike."""
+    root, run = raw.root, raw.run
+    notes: list[str] = list(raw.origin_notes)
+    nvidia, nvidia_notes = collect_nvidia(root, run, use_nvml=raw.use_nvml)
+    amd, amd_notes = collect_amd(root, run, rocminfo_fallback=raw.rocminfo_fallback)
     notes += nvidia_notes + amd_notes
     docker: DockerGpuFacts | None = None
-    if engine_info is None:
-        notes.append("Docker: no engine information, the daemon's GPU support is not known")
+    if raw.daemon is None:
+        notes.append(raw.docker_unknown)
     else:
-        docker, docker_notes = collect_docker_gpu(engine_info.runtimes, engine_info.cdi_spec_dirs, root)
+        docker, docker_notes = collect_docker_gpu(raw.daemon.runtimes, raw.daemon.cdi_spec_dirs, root)
         notes += docker_notes
     gids, group_note = read_group_gids(root, ("video", "render"))
     if group_note:
@@ -35,8 +72,10 @@ def collect_host_facts(
     cpu = read_cpu(root)
     if cpu is None:
         notes.append("/proc/cpuinfo: not readable, the CPU model and its ISA flags are unknown")
+    if raw.nvidia_fallback is not None:
+        nvidia = raw.nvidia_fallback(nvidia, notes)
     return HostFacts(
-        kernel=platform.release(),
+        kernel=raw.kernel,
         nvidia=nvidia,
         amd=amd,
         docker=docker,
@@ -48,6 +87,25 @@ def collect_host_facts(
         l4t_release=read_l4t_release(root),
         notes=notes,
     )
+
+
+def live_host(engine_info: EngineInfo | None, root: Path = Path("/"), run: Runner = subprocess_runner) -> RawHost:
+    """This machine as a `RawHost`; the CDI specs are read locally, so `engine_info` should describe the local
+    daemon."""
+    return RawHost(
+        root=root,
+        run=run,
+        kernel=platform.release(),
+        daemon=None if engine_info is None else DaemonGpuSettings(engine_info.runtimes, engine_info.cdi_spec_dirs),
+        docker_unknown="Docker: no engine information, the daemon's GPU support is not known",
+    )
+
+
+def collect_host_facts(
+    engine_info: EngineInfo | None, root: Path = Path("/"), run: Runner = subprocess_runner
+) -> HostFacts:
+    """The machine as a GPU container will see it. Reads files under `root` and runs tools through `run`."""
+    return host_facts(live_host(engine_info, root, run))
 
 
 def render_nodes(root: Path) -> list[str]:

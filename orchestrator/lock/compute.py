@@ -22,10 +22,10 @@ from orchestrator.dossier.coherence import Incoherence, check_python_fits_image,
 # The loader's own translation of a validation error (file, field, line): the same message as `orch validate`.
 from orchestrator.dossier.load import _first_validation_error as first_validation_error
 from orchestrator.dossier.load import apply_variant
-from orchestrator.dossier.lock import LockError, parse_lock
+from orchestrator.dossier.lock import parse_lock
 from orchestrator.dossier.models import Dossier
-from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
-from orchestrator.errors import DossierError, IndexUnreachable, LockFailed, LockStale
+from orchestrator.dossier.yaml_source import read_yaml
+from orchestrator.errors import DossierError, IndexUnreachable, LockError, LockFailed, LockStale, YamlSourceError
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.lock.advice import torch_choices
 from orchestrator.lock.inputs import LockInput, find_input

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator import vendor
+from orchestrator.credentials import credential, user_and_token
 from orchestrator.dossier.models import PythonSpec
-from orchestrator.errors import BadInput
 from orchestrator.lock.target import LockTarget
 from orchestrator.redact import redact
 
@@ -87,13 +87,10 @@ def credentials(sources: list[Source], environ: Mapping[str, str]) -> dict[str, 
     for source in sources:
         if source.access is None:
             continue
-        value = environ.get(source.access)
-        if not value:
-            raise BadInput(
-                f"index {source.url} ({source.origin}) needs the credential in ${source.access}, which is not set",
-                hint=f"export {source.access}='user:token' in the shell that runs orch lock; orch never writes it.",
-            )
-        user, _, password = value.partition(":")
+        value = credential(
+            source.access, environ, needed_by=f"index {source.url} ({source.origin})", form="'user:token'"
+        )
+        user, password = user_and_token(value)
         key = source.uv_name.upper().replace("-", "_")
         env[f"UV_INDEX_{key}_USERNAME"] = user
         env[f"UV_INDEX_{key}_PASSWORD"] = password

@@ -17,3 +17,9 @@ class Check(BaseModel):
 
 def first_failure(checks: list[Check]) -> Check | None:
     return next((check for check in checks if not check.passed), None)
+
+
+def mismatch(check: Check) -> str:
+    """`expected X, observed Y`: the one wording of a check that did not hold (a stage's first error, a
+    report's headline, a nightly cell's first error)."""
+    return f"expected {check.expected}, observed {check.observed}"

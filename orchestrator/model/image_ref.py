@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
+
+# Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
+from orchestrator.errors import ImageReferenceError
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
@@ -28,10 +32,6 @@ TAG = re.compile(_TAG)
 DIGEST = re.compile(_DIGEST)
 #: The distribution project's limit on a repository name (domain and path together).
 NAME_MAX = 255
-
-
-class ImageReferenceError(ValueError):
-    """The text is not an image reference; the message says which part is wrong."""
 
 
 @dataclass(frozen=True)
@@ -63,22 +63,37 @@ class ImageReference:
         return text
 
 
+class ReferenceParts(NamedTuple):
+    """A reference cut where the grammar cuts it, nothing checked: `name` (`[registry/]path`), `tag`, `digest`."""
+
+    name: str
+    tag: str | None
+    digest: str | None
+
+
+def split_reference(text: str) -> ReferenceParts:
+    """`[registry/]path[:tag][@digest]` cut into its parts without checking them (a reference orch only reads back,
+    such as an engine's RepoTags, or a table's row). The digest follows the first `@`; a tag is a `:` after the
+    last `/` (before it, a registry's port). `parse_reference` checks the parts this returns."""
+    rest, at, digest = text.partition("@")
+    slash, colon = rest.rfind("/"), rest.rfind(":")
+    tag: str | None = None
+    if colon > slash:
+        rest, tag = rest[:colon], rest[colon + 1 :]
+    return ReferenceParts(rest, tag, digest if at else None)
+
+
 def parse_reference(text: str) -> ImageReference:
     """`[registry/]path[:tag][@sha256:hex]`, or ImageReferenceError naming the part that is wrong."""
     if not text or len(text) > NAME_MAX + 1 + 128 + 1 + 71:
         raise ImageReferenceError("is empty or too long to be an image reference")
-    rest, _, digest = text.partition("@")
-    if digest and not DIGEST.fullmatch(digest):
+    rest, tag, digest = split_reference(text)
+    if digest is not None and not DIGEST.fullmatch(digest):
         raise ImageReferenceError(f"digest {digest[:80]!r} is not 'sha256:' and 64 lowercase hex digits")
-    tag: str | None = None
-    slash = rest.rfind("/")
-    colon = rest.rfind(":")
-    if colon > slash:  # a colon after the last slash starts a tag (before it, a registry's port)
-        rest, tag = rest[:colon], rest[colon + 1 :]
-        if not TAG.fullmatch(tag):
-            raise ImageReferenceError(
-                f"tag {tag[:80]!r} is not 1-128 letters, digits, '_', '.', '-' (not starting with . or -)"
-            )
+    if tag is not None and not TAG.fullmatch(tag):
+        raise ImageReferenceError(
+            f"tag {tag[:80]!r} is not 1-128 letters, digits, '_', '.', '-' (not starting with . or -)"
+        )
     first, separator, remainder = rest.partition("/")
     registry: str | None = None
     path = rest

@@ -92,3 +92,14 @@ class Report(Frozen):
 def overall_verdict(stages: dict[StageName, StageResult]) -> Literal["passed", "failed"]:
     """Passed only when no stage failed and none was left not run; `skipped` is a deliberate choice."""
     return "passed" if all(stage.status in ("passed", "skipped") for stage in stages.values()) else "failed"
+
+
+def first_failed_stage(report: Report) -> StageResult | None:
+    """The stage a reader of a failed report looks at first: the first `failed` one in stage order, else the
+    first `not_run` one; None when no stage failed or was left not run (`skipped` is a deliberate choice)."""
+    ordered = [report.stages[name] for name in STAGES if name in report.stages]
+    for status in ("failed", "not_run"):
+        found = next((stage for stage in ordered if stage.status == status), None)
+        if found is not None:
+            return found
+    return None

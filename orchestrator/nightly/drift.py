@@ -26,7 +26,7 @@ from orchestrator.errors import OrchError
 from orchestrator.model.build_record import BUILD_FORMAT, BuildRecord
 from orchestrator.model.comparison import Comparison
 from orchestrator.model.inventory import InventoryDiff
-from orchestrator.model.report import REPORT_FORMAT, Report
+from orchestrator.model.report import REPORT_FORMAT, Report, first_failed_stage
 from orchestrator.nightly.cell import CellStatus
 from orchestrator.text import one_line
 
@@ -142,9 +142,8 @@ def cell_facts(cell_dir: Path) -> CellFacts:
             StageBrief(name=name, status=stage.status, reason=one_line(stage.reason, 200) if stage.reason else None)
             for name, stage in report.stages.items()
         ]
-        first_failing = next((name for name, stage in report.stages.items() if stage.status == "failed"), None)
-        if first_failing is None:
-            first_failing = next((name for name, stage in report.stages.items() if stage.status == "not_run"), None)
+        first = first_failed_stage(report)
+        first_failing = first.name if first is not None else None
         sample = report.stages.get("sample")
         for check in sample.checks if sample else []:
             if not _CRITERIA.search(check.name):

@@ -31,8 +31,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.engine import RunSpec
-from orchestrator.errors import BadInput
-from orchestrator.model.image_ref import ImageReferenceError, parse_pinned
+from orchestrator.errors import BadInput, ImageReferenceError
+from orchestrator.model.image_ref import parse_pinned
 from orchestrator.nightly.cell import CellRequest
 from orchestrator.plan.specs import LABEL_PREFIX, RUNTIME_UID
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.dossier.load import read_declaration
-from orchestrator.dossier.yaml_source import FieldPath, YamlDocument, YamlSourceError, read_yaml
-from orchestrator.errors import DossierError, PlanInvalid
+from orchestrator.dossier.yaml_source import FieldPath, YamlDocument, read_yaml
+from orchestrator.errors import DossierError, PlanInvalid, YamlSourceError
 from orchestrator.nightly.cell import CachePolicy, CellRequest
 from orchestrator.nightly.target_specs import TargetSpec
 

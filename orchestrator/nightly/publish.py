@@ -23,9 +23,9 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.engine import Connection, Engine, RegistryAuth, connect
-from orchestrator.errors import OrchError
+from orchestrator.errors import ImageReferenceError, OrchError
 from orchestrator.fsutil import atomic_write_text
-from orchestrator.model.image_ref import ImageReferenceError, registry_tag
+from orchestrator.model.image_ref import registry_tag
 from orchestrator.nightly.cell import CellOutcome
 from orchestrator.stages.build import read_record
 from orchestrator.stages.publish import PublishOutcome, publish_image, push_target, registry_auth
@@ -106,9 +106,8 @@ def _publish_cell(
             return PublishedCell(cell_id=cell_id, status="failed", reason="its build.json records no image")
         tag = registry_tag(record.dossier.identity, night_stamp(night_dir), _target_of(cell_id))
         target = push_target(spec.registry, spec.repository, tag)
-    except (OrchError, ImageReferenceError) as exc:
-        reason = exc.message if isinstance(exc, OrchError) else str(exc)
-        return PublishedCell(cell_id=cell_id, status="failed", reason=one_line(reason, 400))
+    except OrchError as exc:
+        return PublishedCell(cell_id=cell_id, status="failed", reason=one_line(exc.message, 400))
     outcome_of_push = publish_image(engine, record.image.id, target, auth)
     return PublishedCell(cell_id=cell_id, **outcome_of_push.model_dump())
 

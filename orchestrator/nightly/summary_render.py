@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.model.report import STAGES
-from orchestrator.nightly.summary import CellSummary, NightSummary
+from orchestrator.nightly.summary_model import CellSummary, NightSummary
 from orchestrator.resources import nightly_templates_root, render_template
 from orchestrator.text import clean, markdown_code, markdown_text, one_line
 

@@ -1,8 +1,9 @@
-"""`--dry-run` of `orch build`, `orch probe` and `orch rebuild`: the whole plan, with no engine.
+"""`--dry-run` of `orch build`, `orch probe` and `orch rebuild`: the program, described, with no engine.
 
-Everything host-dependent comes in as an argument (the code's state, the host's GPU facts, the engine
-labels from `ORCH_LABELS`), so the same dossier and the same arguments give the same plan anywhere.
-Values known only once the engine has answered are placeholders that say where they come from.
+The same three phases as a real run, with the observe phase done without an engine: what only an engine
+knows (the base image's id, the image the tag names now, the daemon's GPU runtimes) is a placeholder that
+says where it comes from. The plan is the very function the real run calls (plan/program.py), so the
+numbered steps printed are the steps the executor runs and records in `steps.json`.
 """
 
 from __future__ import annotations
@@ -13,119 +14,85 @@ from pathlib import Path
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.build_record import CodeRef
 from orchestrator.model.host import HostFacts
-from orchestrator.plan.build import BuildSteps, default_tag, make_build_steps
-from orchestrator.plan.describe import BUILD_STEP, BUILT_IMAGE, PlannedCall, build_calls, probe_calls, render_calls
-from orchestrator.plan.run import make_run_plan, plan_gpu_mapping
-from orchestrator.plan.specs import Network
+from orchestrator.plan.build import default_tag
+from orchestrator.plan.describe import describe_program, render_calls
+from orchestrator.plan.program import (
+    BASE_DIGEST,
+    CREATED,
+    BuildFacts,
+    BuildOptionsPlan,
+    ProbeFacts,
+    Program,
+    build_program,
+    probe_program,
+    rebuild_program,
+)
 from orchestrator.stages.build import BuildOptions
 
-CREATED = "<kept from an earlier image of this identity under this tag, else the build's start time>"
-BASE_ID = "<id of the base image, step 1>"
-BASE_DIGEST = "<repo digest of the base image, step 1, when it has one>"
+NO_ENGINE = "the daemon's GPU support is not known without an engine"
 
 
-def planned_build(
-    loaded: LoadedDossier,
-    out: Path,
-    *,
-    code: CodeRef,
-    engine_labels: Mapping[str, str],
-    tag: str | None = None,
-    network: Network | None = None,
-    no_cache: bool = False,
-    ca_bundle: Path | None = None,
-) -> BuildSteps:
-    return make_build_steps(
-        loaded,
-        out=out,
+def dry_build_facts(loaded: LoadedDossier, code: CodeRef, engine_labels: Mapping[str, str]) -> BuildFacts:
+    return BuildFacts(
         code=code,
-        created=CREATED,
-        base_id=BASE_ID,
+        base_id=None,
         base_repo_digests=() if loaded.base_image.digest else (BASE_DIGEST,),
-        engine_labels=engine_labels,
-        tag=tag,
-        network=network,
-        no_cache=no_cache,
-        ca_bundle=ca_bundle,
-        built_image=BUILT_IMAGE,
+        previous_labels=None,
+        engine_labels=dict(engine_labels),
+        now=CREATED,
     )
 
 
-def build_plan(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping[str, str]) -> list[PlannedCall]:
-    return [
-        *build_calls(loaded, steps, engine_labels),
-        PlannedCall(
-            "write build.json, build.log and pip-freeze.txt",
-            (("folder", str(steps.context_dir.parent)),),
-            engine=False,
-        ),
-    ]
-
-
-def probe_plan(
+def dry_probe_facts(
     loaded: LoadedDossier,
-    out: Path,
     host: HostFacts,
     engine_labels: Mapping[str, str],
     *,
-    image: str | None = None,
-    built: BuildSteps | None = None,
-    tag_namespace: str = "orch",
+    image_ref: str,
+    built: bool,
     gpus: str | None = None,
     environ: Mapping[str, str] | None = None,
-) -> list[PlannedCall]:
-    """The probe's calls; after `built` (rebuild), the image is the one its build step makes.
-
-    The GPUs are chosen as the probe chooses them (`--gpus`, else a scheduler's allocation in `environ`).
-    """
+) -> ProbeFacts:
     from orchestrator.stages.probe import gpu_selection
 
-    ref = built.tag if built is not None else image or default_tag(loaded, tag_namespace)
     platform = loaded.model.system.platform
-    mapping = plan_gpu_mapping(platform, host, gpu_selection(platform, host, gpus, environ or {}))
-    run = make_run_plan(loaded, BUILT_IMAGE if built is not None else ref, mapping, out)
-    # A dry run asks no engine: say so where the mapping depends on the daemon's runtimes.
-    notes = [] if host.docker is not None else ["the daemon's GPU support is not known without an engine"]
-    calls = probe_calls(loaded, ref, run, engine_labels, after_build=built is not None, host_notes=notes)
-    calls.append(
-        PlannedCall("write report.json, report.md, report.html and junit.xml", (("folder", str(out)),), engine=False)
+    return ProbeFacts(
+        image_ref=image_ref,
+        image_id=None if built else image_ref,
+        host=host,
+        selection=gpu_selection(platform, host, gpus, environ or {}),
+        engine_labels=dict(engine_labels),
+        # A dry run asks no engine: said where the mapping depends on the daemon's runtimes.
+        host_notes=() if host.docker is not None else (NO_ENGINE,),
     )
-    return calls
 
 
-def rebuild_plan(
+def observed(loaded: LoadedDossier, *, build: bool, probe: str | None) -> list[str]:
+    """What the observe phase reads (with no engine: what it would read)."""
+    lines = []
+    if build:
+        lines += [
+            f"the code's state at {loaded.model.code.source} (revision, uncommitted changes)",
+            f"image {loaded.base_image.from_line}: the base's id (placeholder without an engine)",
+            "the image the tag names now: its labels (its created label is kept for this identity)",
+        ]
+    if probe is not None:
+        lines.append(f"image {probe}: it must exist" if probe else "")
+    lines.append("this host's GPU facts (driver, runtime, CDI, /dev/kfd) and the engine's information")
+    return [line for line in lines if line]
+
+
+def describe(
+    program: Program,
     loaded: LoadedDossier,
-    steps: BuildSteps,
-    host: HostFacts,
     engine_labels: Mapping[str, str],
-    *,
-    handover: Path | None = None,
-    gpus: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> list[PlannedCall]:
-    out = steps.context_dir.parent
-    calls = [
-        *build_plan(loaded, steps, engine_labels),
-        *probe_plan(loaded, out, host, engine_labels, built=steps, gpus=gpus, environ=environ),
-    ]
-    assert calls[BUILD_STEP - 1].title.startswith("build image"), "BUILD_STEP must name the build's step"
-    if handover is not None:
-        calls.append(
-            PlannedCall(
-                f"save image {steps.tag} into the hand-over folder (only when the report passed)",
-                (
-                    ("folder", str(handover)),
-                    (
-                        "files",
-                        "image.tar.gz, dossier/, build/, report/, PROCEDURE.md, ACCESS.md, manifest.json, SHA256SUMS",
-                    ),
-                ),
-            )
-        )
-    return calls
+    lines: list[str],
+    aliases: Mapping[Path, str] | None = None,
+) -> str:
+    return render_calls(describe_program(program, loaded, engine_labels, lines), aliases)
 
 
-# -- the commands' dry runs: this host's facts gathered, then the pure plan above ---------------------------
+# -- the commands' dry runs: this host's facts gathered, then the pure plan ---------------------------------
 
 
 def _engine_labels(environ: Mapping[str, str]) -> dict[str, str]:
@@ -140,20 +107,21 @@ def _tag_namespace(environ: Mapping[str, str]) -> str:
     return tag_namespace_from_environment(environ)
 
 
-def _steps(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str, str]) -> BuildSteps:
-    from orchestrator.stages.build import code_ref
-    from orchestrator.stages.code_source import inspect_code
-
-    return planned_build(
-        loaded,
-        options.out.resolve(),
-        code=code_ref(inspect_code(loaded)),
-        engine_labels=_engine_labels(environ),
+def _options(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str, str]) -> BuildOptionsPlan:
+    return BuildOptionsPlan(
+        out=options.out.resolve(),
         tag=options.tag or default_tag(loaded, _tag_namespace(environ)),
         network=options.network,
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
     )
+
+
+def _code(loaded: LoadedDossier) -> CodeRef:
+    from orchestrator.stages.build import code_ref
+    from orchestrator.stages.code_source import inspect_code
+
+    return code_ref(inspect_code(loaded))
 
 
 def _host(host: HostFacts | None) -> HostFacts:
@@ -164,7 +132,9 @@ def _host(host: HostFacts | None) -> HostFacts:
 
 
 def dry_run_build(loaded: LoadedDossier, options: BuildOptions, *, environ: Mapping[str, str]) -> str:
-    return render_calls(build_plan(loaded, _steps(loaded, options, environ), _engine_labels(environ)))
+    labels = _engine_labels(environ)
+    program = build_program(loaded, dry_build_facts(loaded, _code(loaded), labels), _options(loaded, options, environ))
+    return describe(program, loaded, labels, observed(loaded, build=True, probe=None)[:-1])
 
 
 def dry_run_probe(
@@ -176,18 +146,30 @@ def dry_run_probe(
     host: HostFacts | None = None,
     gpus: str | None = None,
 ) -> str:
-    return render_calls(
-        probe_plan(
-            loaded,
-            out.resolve(),
-            _host(host),
-            _engine_labels(environ),
-            image=image,
-            tag_namespace=_tag_namespace(environ),
-            gpus=gpus,
-            environ=environ,
-        )
-    )
+    labels = _engine_labels(environ)
+    ref = image or default_tag(loaded, _tag_namespace(environ))
+    facts = dry_probe_facts(loaded, _host(host), labels, image_ref=ref, built=False, gpus=gpus, environ=environ)
+    program = probe_program(loaded, out.resolve(), facts)
+    return describe(program, loaded, labels, observed(loaded, build=False, probe=ref))
+
+
+def rebuild_text(
+    loaded: LoadedDossier,
+    options: BuildOptionsPlan,
+    code: CodeRef,
+    host: HostFacts,
+    engine_labels: Mapping[str, str],
+    *,
+    handover: Path | None = None,
+    gpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    aliases: Mapping[Path, str] | None = None,
+) -> str:
+    """The rebuild's program in words, from facts given (the golden files give fixed ones)."""
+    facts = dry_build_facts(loaded, code, engine_labels)
+    probe = dry_probe_facts(loaded, host, engine_labels, image_ref=options.tag, built=True, gpus=gpus, environ=environ)
+    program = rebuild_program(loaded, facts, probe, options, handover=handover)
+    return describe(program, loaded, engine_labels, observed(loaded, build=True, probe=None), aliases)
 
 
 def dry_run_rebuild(
@@ -199,7 +181,13 @@ def dry_run_rebuild(
     host: HostFacts | None = None,
     gpus: str | None = None,
 ) -> str:
-    steps = _steps(loaded, options, environ)
-    return render_calls(
-        rebuild_plan(loaded, steps, _host(host), _engine_labels(environ), handover=handover, gpus=gpus, environ=environ)
+    return rebuild_text(
+        loaded,
+        _options(loaded, options, environ),
+        _code(loaded),
+        _host(host),
+        _engine_labels(environ),
+        handover=handover,
+        gpus=gpus,
+        environ=environ,
     )

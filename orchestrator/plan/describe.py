@@ -1,32 +1,49 @@
-"""The plan in words: every engine call orch will make, in order, with its arguments (`--dry-run`).
+"""The program in words (`--dry-run`): each step of plan/program.py, in order, with every value it was given.
 
-Pure: it reads plan values only. A value known only once an earlier step has run (the built image's id)
+Pure: it reads the steps only, the very objects the executor runs. A value known only once an earlier step has run (the built image's id)
 is a placeholder naming that step. Paths can be shown through aliases (`<dossier>`, `<out>`), so a golden
 file of the plan does not depend on where the repository lies.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, FEED_PATHS, BuildSteps
-from orchestrator.plan.extension_check import extension_check_spec
-from orchestrator.plan.run import PROBE_LABEL, RunPlan
+from orchestrator.plan.program import (
+    BuildImage,
+    DeviceStage,
+    EnsureBase,
+    HandOver,
+    HostStage,
+    ImageChecks,
+    ImageStage,
+    InventoryProbe,
+    Program,
+    RenderContext,
+    SampleStage,
+    Step,
+    WriteBuildRecord,
+    WriteReport,
+)
+from orchestrator.plan.run import PROBE_LABEL
 from orchestrator.plan.specs import RunSpec
 
 MANAGED = ("io.orch.managed", "true")
-#: The build's step number in `build_calls`: what a later step names as the image it runs.
-BUILD_STEP = 4
-BUILT_IMAGE = f"<image built by step {BUILD_STEP}>"
+
+
+OBSERVE = "observe"
 
 
 @dataclass(frozen=True)
 class PlannedCall:
     """One step: an engine call (`engine=True`) or host-side work orch does between them."""
 
+    name: str
     title: str
     details: tuple[tuple[str, str], ...] = ()
     engine: bool = True
@@ -70,10 +87,9 @@ def run_details(spec: RunSpec, engine_labels: Mapping[str, str]) -> tuple[tuple[
     return tuple(rows)
 
 
-def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping[str, str]) -> list[PlannedCall]:
-    base = loaded.base_image
+def _render_details(loaded: LoadedDossier, steps: BuildSteps) -> tuple[tuple[str, str], ...]:
     plan = steps.plan
-    pinned = f"; must be {base.image_id} (the dossier pins it)" if base.image_id else ""
+    base = loaded.base_image
     context: list[tuple[str, str]] = [
         ("folder", str(steps.context_dir)),
         ("Dockerfile", f"templates/dockerfiles/{plan.template}, FROM {base.from_line}"),
@@ -100,108 +116,149 @@ def build_calls(loaded: LoadedDossier, steps: BuildSteps, engine_labels: Mapping
         )
     if plan.ca_bundle:
         context.append(("CA bundle", f"{steps.ca_bundle} -> orch/ca-bundle.pem (builder stage only)"))
-    # The feed is part of the build step (its numbering is fixed: BUILD_STEP), started before it, removed after.
+    context.append(("context digest", "sha256 of each file's path, mode and sha256 (the build label below)"))
+    return tuple(context)
+
+
+def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, str], ...]:
+    steps = step.build
+    plan = steps.plan
     feed: list[tuple[str, str]] = []
     if steps.feed is not None:
         feed = [
-            ("wheel feed", f"a container of {base.from_line} started first, removed after the build"),
+            ("wheel feed", f"a container of {loaded.base_image.from_line} started first, removed after the build"),
             ("wheel feed command", " ".join(steps.feed.command)),
             ("wheel feed serves", f"{', '.join(FEED_PATHS)} of the context, copied in with the archive API"),
             ("wheel feed network", f"none: its loopback only, which the build joins; user {steps.feed.user}"),
         ]
-    return [
-        PlannedCall(f"inspect image {base.from_line} (pull it if absent{pinned})"),
-        PlannedCall(f"inspect image {steps.tag} (its created label is kept when it has this identity)"),
-        PlannedCall("render the build context", tuple(context), engine=False),
-        PlannedCall(
-            f"build image {steps.tag}"
-            + (
-                ""
-                if steps.no_cache
-                else " (not run when step 2's image has this identity and context digest: that image is reused)"
-            ),
-            (
+    return (
+        (
+            "context",
+            f"{steps.context_dir}{' without wheels/' if steps.feed else ''} as a normalised tar "
+            "(fixed owner and mtime)",
+        ),
+        ("network", steps.network + (" (the feed's namespace: loopback only)" if steps.feed else "")),
+        *feed,
+        ("cache", "off (--no-cache)" if steps.no_cache else "on"),
+        ("build label", f"{CONTEXT_DIGEST_LABEL}=<sha256 of the context: each file's path, mode and sha256>"),
+        *_labels("label", dict(plan.labels)),
+        *_labels("builder stage label", dict(plan.builder_labels)),
+        *_labels("every stage's label (ORCH_LABELS)", dict(plan.stage_labels)),
+        ("then", f"inspect image {steps.tag}: the built image's id and its layers"),
+    )
+
+
+def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]) -> PlannedCall:
+    """One step in words: its title and every value the plan decided for it."""
+    match step:
+        case EnsureBase():
+            pinned = f"; must be {step.pinned_id} (the dossier pins it)" if step.pinned_id else ""
+            # Whether the engine has it is an observed fact (a dry run cannot know): the step says both cases.
+            return PlannedCall(step.name, f"base image {step.ref} (the engine's, else pulled{pinned})")
+        case RenderContext():
+            return PlannedCall(step.name, "render the build context", _render_details(loaded, step.build), False)
+        case BuildImage():
+            reuse = (
+                " (not run when the image the tag names now has this identity and context digest: it is reused)"
+                if step.reuse_if_same_context
+                else ""
+            )
+            return PlannedCall(step.name, f"build image {step.build.tag}{reuse}", _build_details(loaded, step))
+        case InventoryProbe():
+            return PlannedCall(
+                step.name,
+                "run the inventory probe (reused when build.json of the same image id holds it)",
+                run_details(step.spec, engine_labels),
+            )
+        case ImageChecks():
+            reference = step.reference_inventory or "none declared"
+            return PlannedCall(
+                step.name,
+                "check the image's inventory against the dossier and the lock",
+                (("reference inventory", reference),),
+                False,
+            )
+        case WriteBuildRecord():
+            return PlannedCall(
+                step.name,
+                "write build.json, build.log, pip-freeze.txt and sbom.cdx.json",
+                (("folder", str(step.folder)),),
+                False,
+            )
+        case ImageStage():
+            if step.after_build:
+                return PlannedCall(
+                    step.name,
+                    "the image stage: the build's inventory and checks, as they are (nothing run again)",
+                    engine=False,
+                )
+            return PlannedCall(
+                step.name,
+                "the image stage: build.json of this image id, else the inventory probe",
+                run_details(step.spec, engine_labels),
+            )
+        case HostStage():
+            return PlannedCall(
+                step.name,
+                "the host stage: the driver, the daemon's GPU support and the image's needs, before any GPU container",
+                (("gpu mapping", step.mapping.description), *(("note", note) for note in step.notes)),
+                False,
+            )
+        case DeviceStage():
+            details = list(run_details(step.run.device, engine_labels))
+            if step.extension_check is not None:
+                details += [
+                    (f"extension check {key}", value) for key, value in run_details(step.extension_check, engine_labels)
+                ]
+            return PlannedCall(
+                step.name,
+                "run the device probe (not run when the host's driver cannot run the image's CUDA)",
+                tuple(details),
+            )
+        case SampleStage():
+            folders = step.run.folders
+            return PlannedCall(
+                step.name,
+                "verify fingerprints, then run the sample (only when the device stage passed and every "
+                "fingerprint matches)",
                 (
-                    "context",
-                    f"{steps.context_dir}{' without wheels/' if steps.feed else ''} as a normalised tar "
-                    "(fixed owner and mtime)",
+                    *(("sha256", path) for path in step.fingerprinted),
+                    ("output", f"{folders.output} (emptied, writable by uid 10001)"),
+                    ("meta", str(folders.meta)),
+                    ("probe site", f"{folders.site} (sitecustomize.py)"),
+                    *run_details(step.run.sample, engine_labels),
                 ),
-                ("network", steps.network + (" (the feed's namespace: loopback only)" if steps.feed else "")),
-                *feed,
-                ("cache", "off (--no-cache)" if steps.no_cache else "on"),
-                ("build label", f"{CONTEXT_DIGEST_LABEL}=<sha256 of the context: each file's path, mode and sha256>"),
-                *_labels("label", dict(plan.labels)),
-                *_labels("builder stage label", dict(plan.builder_labels)),
-                *_labels("every stage's label (ORCH_LABELS)", dict(plan.stage_labels)),
-            ),
-        ),
-        PlannedCall(f"inspect image {steps.tag} (the built image's id)"),
-        PlannedCall(
-            "run the inventory probe (skipped when build.json of the same image id holds it)",
-            run_details(steps.inventory, engine_labels),
-        ),
-    ]
+            )
+        case WriteReport():
+            return PlannedCall(
+                step.name,
+                "write report.json, report.md, report.html, junit.xml",
+                (("folder", str(step.folder)),),
+                False,
+            )
+        case HandOver():
+            return PlannedCall(
+                step.name,
+                f"save image {step.tag} into the hand-over folder (only when the report passed)",
+                (
+                    ("folder", str(step.folder)),
+                    (
+                        "files",
+                        "image.tar.gz, dossier/, build/, report/, PROCEDURE.md, ACCESS.md, manifest.json, SHA256SUMS",
+                    ),
+                ),
+            )
+    raise TypeError(f"no description for the step {step!r}")  # pragma: no cover - every step type is matched
 
 
-def probe_calls(
-    loaded: LoadedDossier,
-    image_ref: str,
-    run: RunPlan,
-    engine_labels: Mapping[str, str],
-    *,
-    after_build: bool,
-    host_notes: Sequence[str] = (),
+def describe_program(
+    program: Program, loaded: LoadedDossier, engine_labels: Mapping[str, str], observed: Sequence[str] = ()
 ) -> list[PlannedCall]:
-    calls: list[PlannedCall] = []
-    if not after_build:
-        calls.append(PlannedCall(f"inspect image {image_ref} (it must exist: `orch build` makes it)"))
-        calls.append(
-            PlannedCall(
-                "run the inventory probe (skipped when build.json of this image id holds it)",
-                run_details(run.inventory, engine_labels),
-            )
-        )
-    calls.append(
-        PlannedCall(
-            "read the engine's information and the host's GPU facts (driver, runtime, CDI, /dev/kfd)",
-            (("gpu mapping", run.mapping.description), *(("note", note) for note in host_notes)),
-        )
-    )
-    calls.append(
-        PlannedCall(
-            "run the device probe (not run when the host's driver cannot run the image's CUDA)",
-            run_details(run.device, engine_labels),
-        )
-    )
-    extension_check = extension_check_spec(loaded, run.device)
-    if extension_check is not None:
-        calls.append(
-            PlannedCall(
-                "run the extensions' own check (its own device-stage line, in the device probe's container set-up)",
-                run_details(extension_check, engine_labels),
-            )
-        )
-    fingerprinted = [item.path for item in loaded.model.expect.inputs]
-    fingerprinted += [a.path or a.uri or a.name for a in (*loaded.model.data, *loaded.model.weights)]
-    calls.append(
-        PlannedCall(
-            "verify fingerprints and prepare the sample's folders",
-            (
-                *(("sha256", str(path)) for path in fingerprinted),
-                ("output", f"{run.folders.output} (emptied, writable by uid 10001)"),
-                ("meta", str(run.folders.meta)),
-                ("probe site", f"{run.folders.site} (sitecustomize.py)"),
-            ),
-            engine=False,
-        )
-    )
-    calls.append(
-        PlannedCall(
-            "run the sample (only when the device stage passed and every fingerprint matches)",
-            run_details(run.sample, engine_labels),
-        )
-    )
-    return calls
+    """The program's steps in words, after what the observe phase read (`observed`, one line each)."""
+    header = [
+        PlannedCall(OBSERVE, "read-only facts, before any step", tuple(("read", line) for line in observed), False)
+    ]
+    return [*(header if observed else []), *(describe(step, loaded, engine_labels) for step in program)]
 
 
 def render_calls(calls: Sequence[PlannedCall], aliases: Mapping[Path, str] | None = None) -> str:
@@ -214,8 +271,22 @@ def render_calls(calls: Sequence[PlannedCall], aliases: Mapping[Path, str] | Non
         return text
 
     lines: list[str] = []
-    for number, call in enumerate(calls, start=1):
-        where = "engine" if call.engine else "host"
-        lines.append(f"{number}. [{where}] {shown(call.title)}")
+    number = 0
+    for call in calls:
+        if call.name == OBSERVE:
+            # What was read before planning is not a step: unnumbered, so step N is the executor's step N.
+            lines.append(f"{OBSERVE}: {shown(call.title)}")
+        else:
+            number += 1
+            where = "engine" if call.engine else "host"
+            lines.append(f"{number}. [{where}] {call.name}: {shown(call.title)}")
         lines += [f"     {key}: {shown(value)}" for key, value in call.details]
     return "\n".join(lines) + "\n"
+
+
+#: The step names of a rendered plan, in order (what `steps.json` records as planned and executed).
+STEP_LINE = re.compile(r"^\d+\. \[(?:engine|host)\] ([a-z-]+): ", re.MULTILINE)
+
+
+def step_names(rendered: str) -> list[str]:
+    return STEP_LINE.findall(rendered)

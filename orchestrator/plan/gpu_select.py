@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+# Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
+from orchestrator.errors import GpuSelectionError
 from orchestrator.model.host import HostFacts
 
 Vendor = Literal["nvidia", "amd"]
@@ -27,10 +29,6 @@ NVIDIA_ENV: tuple[str, ...] = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 AMD_ENV: tuple[str, ...] = ("SLURM_JOB_GPUS", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
-
-
-class GpuSelectionError(ValueError):
-    """A `--gpus` value orch cannot map on this host (one line naming the option and what to do)."""
 
 
 @dataclass(frozen=True)

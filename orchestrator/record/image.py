@@ -16,13 +16,13 @@ from typing import Any
 
 from orchestrator import vendor
 from orchestrator.engine import Engine, connect, describe_exit
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, UnsafeOutput
 from orchestrator.model.platform import Platform
 from orchestrator.plan.run import INVENTORY_TIMEOUT_S, PROBE_LABEL
 from orchestrator.plan.specs import RunSpec
 from orchestrator.record.observe import TORCH_SCRIPT
 from orchestrator.resources import probe_source
-from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
+from orchestrator.untrusted import last_line, parse_json
 
 #: The torch facts and the pip configuration, in the image's interpreter (isolated mode, like the probes).
 _TORCH_AND_CONFIG = (

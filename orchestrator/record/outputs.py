@@ -7,9 +7,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.checks.arrays import ArrayFormatError, read_npy
+from orchestrator.checks.arrays import read_npy
 from orchestrator.checks.metrics import count_non_finite, min_row_cosine, worst_abs
 from orchestrator.dossier.paths import file_sha256
+from orchestrator.errors import ArrayFormatError
 
 _FORMATS = {".npy": "npy", ".json": "json", ".jsonl": "jsonl"}
 _DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")

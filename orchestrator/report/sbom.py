@@ -38,6 +38,7 @@ from orchestrator import __version__
 from orchestrator.dossier.lock import Lock
 from orchestrator.dossier.models import PythonSpec
 from orchestrator.model.build_record import BuildRecord, ImageRef
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.inventory import Inventory, parse_freeze
 from orchestrator.redact import redact
 
@@ -105,11 +106,8 @@ def _props(pairs: Iterable[tuple[str, str | None]]) -> list[Property]:
 
 def _repository_and_tag(ref: str) -> tuple[str, str]:
     """`registry/path/name:tag@sha256:…` → (`registry/path/name`, `tag`); the digest, if any, is left out."""
-    ref = ref.split("@", 1)[0]
-    if ":" in ref.rsplit("/", 1)[-1]:
-        repository, _, tag = ref.rpartition(":")
-        return repository, tag
-    return ref, ""
+    repository, tag, _ = split_reference(ref)
+    return repository, tag or ""
 
 
 def _oci(ref: str, digest: str) -> PackageURL:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.model.checks import first_failure
+from orchestrator.model.checks import first_failure, mismatch
 from orchestrator.model.recorded import Recorded
 from orchestrator.model.report import STAGES, Report, StageName, StageResult
 from orchestrator.text import MAX_LINE_CHARS, clean, one_line
@@ -104,7 +104,7 @@ def headline(stage: StageResult) -> tuple[str | None, str]:
             return one_line(stage.first_error.step, 60), one_line(stage.first_error.message)
         failed = first_failure(stage.checks)
         if failed is not None:
-            return one_line(failed.name, 60), one_line(f"expected {failed.expected}, observed {failed.observed}")
+            return one_line(failed.name, 60), one_line(mismatch(failed))
         return None, "failed (no error recorded)"
     if stage.status in ("skipped", "not_run"):
         return None, one_line(stage.reason) if stage.reason else "no reason recorded"

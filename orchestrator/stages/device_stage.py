@@ -15,6 +15,7 @@ from orchestrator.checks.extension import extension_check_lines
 from orchestrator.checks.failures import explanations_for_report
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, describe_exit
+from orchestrator.errors import UnsafeOutput
 from orchestrator.model.checks import Check
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict
@@ -25,7 +26,7 @@ from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping, RunPlan
 from orchestrator.plan.specs import RunSpec
 from orchestrator.stages.results import check, stage_result
-from orchestrator.untrusted import UnsafeOutput, parse_json
+from orchestrator.untrusted import parse_json
 
 
 def probe_json(stdout: str) -> dict[str, Any] | None:

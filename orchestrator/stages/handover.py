@@ -41,14 +41,18 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.dossier.paths import Where, copy_regular_file, copy_tree, file_sha256, locate, walk_tree
 from orchestrator.engine import Engine, RegistryAuth
 from orchestrator.errors import BadInput, DiskFull, RegistryError
+from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.environment import ENVIRONMENT_FILE
 from orchestrator.model.image_ref import ImageReference
 from orchestrator.model.manifest import HANDOVER_FORMAT, Manifest, ManifestFile
+from orchestrator.model.report import Report
+from orchestrator.plan.program import HandOver
 from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.build import read_record
 from orchestrator.stages.publish import publish_image
+from orchestrator.stages.state import DONE, Run, StepOutcome
 from orchestrator.timestamps import rfc3339_now
 
 IMAGE_FILE = "image.tar.gz"
@@ -221,12 +225,16 @@ def write_handover(
     push_to: ImageReference | None = None,
     auth: RegistryAuth | None = None,
     image_file: bool = True,
+    built: tuple[BuildRecord, Report] | None = None,
 ) -> Manifest:
     """Write the hand-over folder `out` from an `orch rebuild` folder.
 
     With `push_to` (`registry/repository:tag`) the image is pushed first and the manifest records its
     repository digest; a push that fails stops the hand-over (RegistryError, nothing written). Without
     `image_file` the tarball is left out and the digest is the image's only source.
+
+    `built`: the build's record and the report of the program that just wrote them (`orch rebuild
+    --handover`), taken in memory; otherwise build.json and report.json are read from `rebuild_dir`.
     """
     stage = on_stage or (lambda _: None)
     if not image_file and push_to is None:
@@ -234,8 +242,13 @@ def write_handover(
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out} exists and is not empty; a hand-over goes into a new folder")
-    record = read_record(rebuild_dir / "build.json") if (rebuild_dir / "build.json").is_file() else None
-    report = read_report(rebuild_dir / "report.json") if (rebuild_dir / "report.json").is_file() else None
+    record: BuildRecord | None
+    report: Report | None
+    if built is not None:
+        record, report = built
+    else:
+        record = read_record(rebuild_dir / "build.json") if (rebuild_dir / "build.json").is_file() else None
+        report = read_report(rebuild_dir / "report.json") if (rebuild_dir / "report.json").is_file() else None
     if record is None or record.image is None or report is None or report.image is None:
         raise BadInput(
             f"{rebuild_dir} holds no successful build and report",
@@ -338,6 +351,21 @@ def write_handover(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def do_handover(step: HandOver, run: Run) -> StepOutcome:
+    """The program's step `handover`: only after a passed report, on the engine the program used."""
+    if run.report is None or run.report.verdict != "passed" or run.record is None:
+        return StepOutcome("skipped", "the report did not pass: nothing is handed over")
+    run.manifest = write_handover(
+        run.loaded,
+        run.engine,
+        run.out,
+        step.folder,
+        on_stage=lambda part: run.hooks.on_probe_stage(f"hand-over: {part}"),
+        built=(run.record, run.report),
+    )
+    return DONE
 
 
 def read_manifest(folder: Path) -> Manifest:

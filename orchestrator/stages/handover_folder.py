@@ -25,8 +25,8 @@ import re
 import stat
 from pathlib import Path, PurePosixPath
 
-from orchestrator.errors import BadInput, HandoverDamaged
-from orchestrator.model.image_ref import ImageReferenceError, parse_pinned
+from orchestrator.errors import BadInput, HandoverDamaged, ImageReferenceError
+from orchestrator.model.image_ref import parse_pinned
 from orchestrator.model.manifest import Manifest
 from orchestrator.stages.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, read_manifest
 

@@ -11,6 +11,7 @@ from orchestrator.checks.image import image_checks, reference_inventory_warning
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, ImageInfo
 from orchestrator.errors import ImageNotBuilt
+from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.inventory import Inventory, diff_inventories
 from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.build import LABEL_PREFIX, default_tag
@@ -41,7 +42,13 @@ def resolve_image(engine: Engine, loaded: LoadedDossier, given: str | None) -> I
 
 
 def image_stage(
-    engine: Engine, loaded: LoadedDossier, image: ImageInfo, out: Path, *, built_in_this_run: bool = False
+    engine: Engine,
+    loaded: LoadedDossier,
+    image: ImageInfo,
+    out: Path,
+    *,
+    built_in_this_run: bool = False,
+    record: BuildRecord | None = None,
 ) -> tuple[StageResult, Inventory | None]:
     """The image's contents against the dossier.
 
@@ -55,22 +62,23 @@ def image_stage(
     build_facts: dict[str, Any] = {}
     layers = None
     build_json = out / "build.json"
-    if build_json.is_file():
+    if record is None and build_json.is_file():
         record = read_record(build_json)
-        if record.image is not None and record.image.id == image.id:
-            build_s = record.durations_s.get("total")
-            if build_s is not None:
-                build_facts["build_seconds"] = build_s
-                build_facts["built"] = (
-                    "in this run (orch rebuild): the stage's duration includes the build"
-                    if built_in_this_run
-                    else "earlier: the build's time is recorded in build.json, not in this stage's duration"
-                )
-                if built_in_this_run:
-                    started -= build_s
-            if record.inventory is not None:
-                inventory, source = record.inventory, "build.json of this image"
-            layers = record.layers
+    from_this_run = built_in_this_run and record is not None
+    if record is not None and record.image is not None and record.image.id == image.id:
+        build_s = record.durations_s.get("total")
+        if build_s is not None:
+            build_facts["build_seconds"] = build_s
+            build_facts["built"] = (
+                "in this run (orch rebuild): the stage's duration includes the build"
+                if built_in_this_run
+                else "earlier: the build's time is recorded in build.json, not in this stage's duration"
+            )
+            if built_in_this_run:
+                started -= build_s
+        if record.inventory is not None:
+            inventory, source = record.inventory, "build.json of this image"
+        layers = record.layers
     if not build_facts:
         build_facts["built"] = "earlier: no build.json of this image in the output folder, its build time is not known"
     if layers:
@@ -89,10 +97,16 @@ def image_stage(
                 {"image": image.id},
                 error=StageError(step="inventory probe", message=error or "no inventory"),
             ), None
-    diff = None
-    if loaded.model.python.reference_inventory:
-        reference = loaded.resolve(loaded.model.python.reference_inventory).read_text(encoding="utf-8").splitlines()
-        diff = diff_inventories(reference, inventory.pip_freeze, loaded.model.python.reference_inventory)
+    if from_this_run and record is not None and record.inventory is not None:
+        # The build of this very program checked this inventory a moment ago: its checks are the image's.
+        contents = list(record.checks)
+    else:
+        diff = None
+        if loaded.model.python.reference_inventory:
+            reference_file = loaded.model.python.reference_inventory
+            reference = loaded.resolve(reference_file).read_text(encoding="utf-8").splitlines()
+            diff = diff_inventories(reference, inventory.pip_freeze, reference_file)
+        contents = image_checks(loaded, inventory, diff)
     identity = image.labels.get(f"{LABEL_PREFIX}.dossier.identity")
     checks = [
         check(
@@ -101,7 +115,7 @@ def image_stage(
             f"identity {identity[:12]}" if identity else "no orch identity label",
             identity == loaded.identity,
         ),
-        *image_checks(loaded, inventory, diff),
+        *contents,
     ]
     facts = {
         "image": image.id,

@@ -48,7 +48,7 @@ class ImageTarFacts:
 
 
 class _Damaged(Exception):
-    """A problem found while reading; turned into HandoverDamaged with the file's name."""
+    """A problem found while reading; turned into HandoverDamaged with the file's name (`_reading`), never let out."""
 
 
 def _leaves(path: str) -> bool:

@@ -13,13 +13,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.engine import Engine, describe_exit
+from orchestrator.errors import UnsafeOutput
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentFile, EnvironmentListing, environment_file
 from orchestrator.model.inventory import Inventory, InventoryProbeReport, parse_inventory
 from orchestrator.model.recorded import mismatch_line
 from orchestrator.plan.run import INVENTORY_TIMEOUT_S, inventory_spec
 from orchestrator.plan.specs import RunSpec
-from orchestrator.untrusted import UnsafeOutput, last_line, parse_json
+from orchestrator.untrusted import last_line, parse_json
 
 
 @dataclass(frozen=True)

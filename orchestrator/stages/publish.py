@@ -19,9 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.credentials import credential
 from orchestrator.engine import Engine, RegistryAuth, RemoveImage
-from orchestrator.errors import BadInput, OrchError
-from orchestrator.model.image_ref import ImageReference, ImageReferenceError, parse_reference
+from orchestrator.errors import BadInput, ImageReferenceError, OrchError
+from orchestrator.model.image_ref import ImageReference, parse_reference
 from orchestrator.text import one_line
 
 
@@ -52,13 +53,10 @@ def registry_auth(
         return None
     if username_env is None or password_env is None:
         raise BadInput("registry credentials need both a user name and a password variable (or neither)")
-    missing = [name for name in (username_env, password_env) if not environ.get(name)]
-    if missing:
-        raise BadInput(
-            f"the environment variable {missing[0]} (registry credentials) is not set",
-            hint=f"Set {missing[0]} in the environment that runs orch; its name, never its value, is in the plan.",
-        )
-    return RegistryAuth(username=environ[username_env], password=environ[password_env])
+    return RegistryAuth(
+        username=credential(username_env, environ, needed_by="the registry login", form="'<user name>'"),
+        password=credential(password_env, environ, needed_by="the registry login", form="'<password or token>'"),
+    )
 
 
 def push_target(registry: str, repository: str, tag: str) -> ImageReference:

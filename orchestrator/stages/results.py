@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.model.checks import Check, first_failure
+from orchestrator.model.checks import Check, first_failure, mismatch
 from orchestrator.model.report import StageError, StageName, StageResult
 
 
@@ -27,8 +27,7 @@ def stage_result(
     if error is None and failed is not None:
         error = StageError(
             step=failed.name,
-            message=f"expected {failed.expected}, observed {failed.observed}"
-            + (f" ({failed.detail})" if failed.detail else ""),
+            message=mismatch(failed) + (f" ({failed.detail})" if failed.detail else ""),
         )
     return StageResult(
         name=name,

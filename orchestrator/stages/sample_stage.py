@@ -11,13 +11,14 @@ from typing import Any
 
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.engine import Engine, describe_exit
+from orchestrator.errors import OutputMissing, UnsafeOutput
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.run import RunPlan
 from orchestrator.plan.specs import RUNTIME_UID
 from orchestrator.resources import probe_source
 from orchestrator.stages.results import check, stage_result
-from orchestrator.untrusted import OutputMissing, UnsafeOutput, read_output_json
+from orchestrator.untrusted import read_output_json
 
 #: Largest meta file (determinism.json) the host reads back from a sample: a few hundred bytes are normal.
 META_MAX_BYTES = 64 << 10

@@ -38,19 +38,21 @@ from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side, environment_of, read_environment_file
 from orchestrator.dossier.load import LoadedDossier, load_dossier, referenced_paths
 from orchestrator.dossier.models import Dossier
-from orchestrator.dossier.yaml_source import YamlSourceError, read_yaml
+from orchestrator.dossier.yaml_source import read_yaml
 from orchestrator.engine import Engine, PullRequest, RegistryAuth, RemoveImage
-from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged
+from orchestrator.errors import BadInput, EnvironmentFailure, HandoverDamaged, YamlSourceError
 from orchestrator.model.comparison import UNINTENDED
 from orchestrator.model.environment import ENVIRONMENT_FILE, EnvironmentDiff
+from orchestrator.model.image_ref import split_reference
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 
 #: The repository a verified image is tagged in, by its own id: a name only orch uses, which no
 #: hand-over chooses and which can only ever point at the image whose id it spells.
@@ -296,8 +298,8 @@ def adopt_image(
         return LoadedImage(reference, None)
     present = engine.image(own)
     if present is None:
-        repository, _, version = own.rpartition(":")
-        engine.tag(image_id, repository, version)
+        repository, version, _ = split_reference(own)
+        engine.tag(image_id, repository, version or "latest")
     elif present.id != image_id:
         return LoadedImage(reference, None, f"{own} names another image here ({present.id[:19]}); it was left as it is")
     return LoadedImage(reference, own)

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import Engine, RegistryAuth
-from orchestrator.errors import BadInput
-from orchestrator.model.image_ref import ImageReferenceError, parse_pinned
+from orchestrator.errors import BadInput, ImageReferenceError
+from orchestrator.model.image_ref import parse_pinned
 from orchestrator.model.report import Report
 from orchestrator.report.write import read_report, write_report
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.execute import run_probe
+from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.verify import VerifyResult, adopt_image, judge_replay, pull_pinned
 
 

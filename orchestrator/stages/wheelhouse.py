@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from packaging.markers import Marker
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from orchestrator.credentials import credential, user_and_token
 from orchestrator.dossier.load import file_sha256
 from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.dossier.models import IndexSpec
@@ -116,13 +117,8 @@ def _cached(cache: Path, requirement: LockedRequirement) -> tuple[Path, str] | N
 def _with_credentials(index: IndexSpec, environ: Mapping[str, str]) -> str:
     if index.access is None:
         return index.url
-    secret = environ.get(index.access)
-    if not secret:
-        raise BadInput(
-            f"index {index.url} needs credentials from the environment variable {index.access}, which is not set",
-            hint=f"export {index.access}='user:token' on the host that runs orch (it never enters the image).",
-        )
-    user, _, password = secret.partition(":")
+    secret = credential(index.access, environ, needed_by=f"index {index.url}", form="'user:token'")
+    user, password = user_and_token(secret)
     parts = urlsplit(index.url)
     userinfo = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc}"))

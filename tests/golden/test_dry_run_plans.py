@@ -16,8 +16,9 @@ import pytest
 from orchestrator.dossier.load import load_dossier
 from orchestrator.model.build_record import CodeRef
 from orchestrator.model.host import AmdDriverFacts, AmdGpu, DockerGpuFacts, HostFacts, NvidiaDriverFacts, NvidiaGpu
-from orchestrator.pipeline.dry_run import planned_build, rebuild_plan
-from orchestrator.plan.describe import render_calls
+from orchestrator.pipeline.dry_run import rebuild_text
+from orchestrator.plan.build import default_tag
+from orchestrator.plan.program import BuildOptionsPlan
 from tests.paths import EXAMPLES, GOLDEN
 
 DOSSIERS = sorted(EXAMPLES.glob("*/dossier*.yaml"))
@@ -55,9 +56,9 @@ def dry_run_text(path: Path) -> str:
         dirty_diff_sha256=None,
         variant=None,
     )
-    steps = planned_build(loaded, OUT, code=code, engine_labels={})
-    calls = rebuild_plan(loaded, steps, HOST, {}, handover=OUT.with_name("orch-handover"))
-    return render_calls(calls, {path.parent: "<dossier>", OUT: "<out>", OUT.with_name("orch-handover"): "<handover>"})
+    options = BuildOptionsPlan(out=OUT, tag=default_tag(loaded))
+    aliases = {path.parent: "<dossier>", OUT: "<out>", OUT.with_name("orch-handover"): "<handover>"}
+    return rebuild_text(loaded, options, code, HOST, {}, handover=OUT.with_name("orch-handover"), aliases=aliases)
 
 
 @pytest.mark.parametrize("path", DOSSIERS, ids=[_golden_name(p) for p in DOSSIERS])

@@ -20,7 +20,8 @@ from orchestrator.engine.labels import ENV_VAR, TAG_NAMESPACE_VAR
 from orchestrator.errors import EngineUnavailable
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_image
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
 from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images

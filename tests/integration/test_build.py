@@ -12,7 +12,8 @@ from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, RunSpec, image_layers
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, read_record, run_build
+from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment, read_record
+from orchestrator.stages.execute import run_build
 from orchestrator.stages.wheelhouse import TargetPlatform, collect_wheels
 from tests.integration.helpers import orch, session_containers
 from tests.integration.local_index import serve_index

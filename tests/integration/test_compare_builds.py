@@ -11,7 +11,8 @@ from pathlib import Path
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build
 
 
 def test_one_changed_package_is_named_exactly(

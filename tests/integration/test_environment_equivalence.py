@@ -22,7 +22,8 @@ from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.model.environment import ENVIRONMENT_FILE
-from orchestrator.stages.build import BuildOptions, run_build, write_record
+from orchestrator.stages.build import BuildOptions, write_record
+from orchestrator.stages.execute import run_build
 from orchestrator.stages.inventory import probe_inventory, write_environment
 from tests.integration.helpers import SESSION_TAG_NAMESPACE, orch
 from tests.paths import EXAMPLES
@@ -79,7 +80,9 @@ def test_one_byte_in_one_installed_file_changes_the_digest_and_compare_names_the
 ) -> None:
     record = _record(cold)
     assert record.image is not None and record.inventory is not None and record.inventory.environment is not None
-    derived = _append_one_byte(docker_client, record.image.id, dict(engine.settings.labels), f"{SESSION_TAG_NAMESPACE}/env-1b:1")
+    derived = _append_one_byte(
+        docker_client, record.image.id, dict(engine.settings.labels), f"{SESSION_TAG_NAMESPACE}/env-1b:1"
+    )
     probed = probe_inventory(engine, derived)
     assert probed.inventory is not None and probed.environment is not None, probed.error
     changed_env = probed.inventory.environment

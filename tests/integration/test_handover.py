@@ -23,9 +23,10 @@ from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.engine import Engine, RemoveImage, RootfsImport
 from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, read_record, run_build
+from orchestrator.stages.build import BuildOptions, read_record
+from orchestrator.stages.execute import run_build, run_probe
 from orchestrator.stages.handover import procedure_blocks, read_manifest, write_handover
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from tests.handover_craft import reseal, retag_tarball
 from tests.integration.foreign import OWNER_LABEL, ForeignObjects
 from tests.integration.helpers import SESSION_ID, orch, session_containers

@@ -17,8 +17,9 @@ from orchestrator.engine import Engine
 from orchestrator.model.report import Report
 from orchestrator.report.write import read_report
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, run_build
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 

@@ -28,8 +28,9 @@ from orchestrator.nightly.cell import CellOutcome
 from orchestrator.nightly.publish import publish_passed
 from orchestrator.report.write import write_report
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, run_build
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.publish import publish_image, push_target
 from tests.integration.helpers import SESSION_ID, orch
 from tests.paths import EXAMPLES, REPO

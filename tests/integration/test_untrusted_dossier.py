@@ -18,7 +18,8 @@ from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine, RunSpec
 from orchestrator.errors import DossierError
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build
 from tests.integration.helpers import orch
 
 CANARY = "ORCH-CANARY-c0d3-host-secret-" + uuid.uuid4().hex[:8]

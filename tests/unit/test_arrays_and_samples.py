@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checks.arrays import ArrayFormatError, from_json_value, read_npy
+from orchestrator.checks.arrays import from_json_value, read_npy
 from orchestrator.checks.sample import compare, sample_checks
 from orchestrator.dossier.load import load_dossier
 from orchestrator.dossier.models import AllCloseComparison, CosineComparison, ExactComparison, MaxAbsComparison
+from orchestrator.errors import ArrayFormatError
 from orchestrator.plan.run import GpuMapping
 from orchestrator.stages.device_stage import device_checks
 from tests.paths import EXAMPLES

@@ -234,19 +234,20 @@ def _run_build(tiny_example: Path, monkeypatch: pytest.MonkeyPatch, engine: Any,
     from orchestrator.stages import build as build_module
     from orchestrator.stages.code_source import CodeState
     from orchestrator.stages.context import RenderedContext
+    from orchestrator.stages.execute import run_build
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     state = CodeState("folder", "app", None, False, None, "0" * 64)
     context = tmp_path / "context"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n")
-    monkeypatch.setattr(build_module, "inspect_code", lambda loaded: state)
+    monkeypatch.setattr("orchestrator.stages.observe.inspect_code", lambda loaded: state)
     monkeypatch.setattr(
         build_module,
         "write_context",
         lambda *a, **k: RenderedContext(directory=context, dockerfile="", wheels=(), code=state),
     )
-    return build_module.run_build(loaded, engine, build_module.BuildOptions(out=tmp_path / "out"))
+    return run_build(loaded, engine, build_module.BuildOptions(out=tmp_path / "out"))
 
 
 def test_an_online_build_whose_pin_does_not_exist_is_bad_input(

@@ -16,9 +16,10 @@ from orchestrator.engine.fake import FakeEngine, ScriptedRun
 from orchestrator.errors import DossierError
 from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, default_tag, make_plan
 from orchestrator.render.dockerfile import render_dockerfile
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.build_context import context_digest
 from orchestrator.stages.context import installer_lock
+from orchestrator.stages.execute import run_build
 from orchestrator.vendor import uv_wheel
 from tests.probe_outputs import inventory_output
 

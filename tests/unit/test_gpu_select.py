@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import GpuSelectionError
 from orchestrator.host.capture import CAPTURE_COMMANDS, facts_from_capture, read_capture, write_capture
 from orchestrator.model.host import AmdDriverFacts, AmdGpu, HostFacts
-from orchestrator.plan.gpu_select import GpuSelectionError, select_gpus
+from orchestrator.plan.gpu_select import select_gpus
 from tests.unit.host_fakes import FakeRun, ok
 
 FOUR = "".join(
@@ -141,19 +142,16 @@ def test_the_dry_run_plan_shows_the_selected_gpus(four_gpu_host: HostFacts) -> N
     """`--dry-run` maps what the probe would map: `--gpus`, else the scheduler's allocation."""
     from orchestrator.dossier.load import load_dossier
     from orchestrator.model.build_record import CodeRef
-    from orchestrator.pipeline.dry_run import planned_build, rebuild_plan
-    from orchestrator.plan.describe import render_calls
+    from orchestrator.pipeline.dry_run import rebuild_text
+    from orchestrator.plan.build import default_tag
+    from orchestrator.plan.program import BuildOptionsPlan
     from tests.paths import EXAMPLES
 
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier-cuda.yaml")
     host = _cuda_host_with_runtime(four_gpu_host)
-    steps = planned_build(
-        loaded,
-        Path("/o"),
-        code=CodeRef(kind="folder", source="app", revision=None, dirty=False, dirty_diff_sha256=None, variant=None),
-        engine_labels={},
-    )
-    chosen = render_calls(rebuild_plan(loaded, steps, host, {}, gpus="device=1"))
+    code = CodeRef(kind="folder", source="app", revision=None, dirty=False, dirty_diff_sha256=None, variant=None)
+    options = BuildOptionsPlan(out=Path("/o"), tag=default_tag(loaded))
+    chosen = rebuild_text(loaded, options, code, host, {}, gpus="device=1")
     assert "gpu mapping: GPU(s) 1 through the nvidia runtime (--gpus device=1)" in chosen
-    allocated = render_calls(rebuild_plan(loaded, steps, host, {}, environ={"CUDA_VISIBLE_DEVICES": "2,3"}))
+    allocated = rebuild_text(loaded, options, code, host, {}, environ={"CUDA_VISIBLE_DEVICES": "2,3"})
     assert "GPU(s) 2, 3 through the nvidia runtime (CUDA_VISIBLE_DEVICES=2,3 (scheduler allocation))" in allocated

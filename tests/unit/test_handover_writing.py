@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import ImageInfo
+from orchestrator.engine import EngineSettings, ImageInfo
+from orchestrator.model.host import HostFacts
 from orchestrator.model.report import StageResult
+from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import _copy_dossier, _procedure_md, procedure_blocks
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from tests.paths import EXAMPLES
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -92,8 +94,10 @@ def test_a_sparse_input_stays_sparse_in_the_handover(tmp_path: Path) -> None:
 class _NoContainers:
     """An engine that knows one image and refuses to start anything."""
 
-    def image(self, ref: str) -> ImageInfo | None:
+    def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
         return ImageInfo(id=IMAGE_ID, tags=(), labels={}, env={}, repo_digests=(), size=1)
+
+    settings = EngineSettings()
 
     def info(self) -> object:
         raise AssertionError("the host stage ran after a failed image stage")
@@ -111,7 +115,8 @@ def test_a_failed_image_stage_stops_the_later_stages_when_asked(
         loaded,
         _NoContainers(),  # type: ignore[arg-type]
         ProbeOptions(out=tmp_path / "out", image=IMAGE_ID, stop_after_failure=True),
-        host_facts=lambda: (_ for _ in ()).throw(AssertionError("host facts collected")),
+        # The host is observed before the first step (read-only); no stage after the image's runs.
+        host_facts=lambda: HostFacts(kernel="k", nvidia=None, amd=None, docker=None),
     )
     assert report.verdict == "failed"
     assert [report.stage(n).status for n in ("image", "host", "device", "sample")] == [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -118,3 +119,25 @@ def test_a_manifest_cannot_point_outside_its_folder(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CaptureError, match="outside the capture folder"):
         read_capture(tmp_path)
+
+
+def test_a_capture_and_the_live_host_it_was_taken_from_give_the_same_facts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`orch doctor --from` is the live path: one assembly (`host_facts`) over a live `RawHost` or a captured one."""
+    from orchestrator.engine import EngineInfo
+    from orchestrator.host import collect
+
+    monkeypatch.setattr(collect.platform, "release", lambda: "6.8.0-45-generic")
+    root, run = host_root(tmp_path), fake_run()
+    runtimes, spec_dirs = parse_docker_info(DOCKER_INFO)
+    assert runtimes is not None
+    info = EngineInfo("unix:///x", "27.1.1", "1.46", "linux", tuple(runtimes), tuple(spec_dirs))
+    # NVML is this test machine's, not the fake host's: the capture does without it, and so does this live read.
+    live = collect.host_facts(dataclasses.replace(collect.live_host(info, root, run), use_nvml=False))
+    target = tmp_path / "capture"
+    write_capture(target, root, run)
+    captured = facts_from_capture(read_capture(target))
+    assert captured.model_dump(exclude={"notes"}) == live.model_dump(exclude={"notes"})
+    assert captured.notes[0] == f"read from the host capture {target}"
+    assert captured.notes[1:] == live.notes

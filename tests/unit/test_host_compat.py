@@ -1,6 +1,7 @@
 """The host verdicts: NVIDIA (checks/cuda_verdict.py, the one home of that rule since issue 10's follow-up: the old
 checks/host.py `cuda_verdict` and its second NVIDIA_REQUIRE_CUDA parser were merged into it) and ROCm
-(checks/host.py). Where the merged verdict judges a case differently from the old one, the case says so."""
+(checks/rocm_verdict.py, once checks/host.py). Where the merged verdict judges a case differently from the old
+one, the case says so."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pytest
 from packaging.version import Version
 
 from orchestrator.checks.cuda_verdict import NvidiaHost, ToolkitVerdict, gpu_datacenter, nvidia_verdict
-from orchestrator.checks.host import rocm_kmd_support, rocm_verdict
 from orchestrator.checks.host_layer import ImageNeeds, compat_verdict
 from orchestrator.checks.require_cuda import required_cuda
+from orchestrator.checks.rocm_verdict import rocm_verdict
 from orchestrator.host.nvidia import parse_proc_version
 from orchestrator.model.host import AmdDriverFacts, AmdGpu, CompatVerdict, HostFacts, NvidiaDriverFacts
+from orchestrator.vendor import rocm_kmd_support
 
 # NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.4.1 (gpu-domain.md §4.2), its first clauses.
 REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"

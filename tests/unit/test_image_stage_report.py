@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from rich.console import Console
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
@@ -74,26 +73,6 @@ def test_a_probe_of_an_earlier_build_says_where_the_build_time_went(tiny_example
     assert result.duration_s < 112.0
     assert result.facts.recorded()["build_seconds"] == 112.0
     assert "earlier" in result.facts.recorded()["built"] and "build.json" in result.facts.recorded()["built"]
-
-
-def test_rebuild_tells_the_probe_that_the_image_was_built_in_this_run(
-    tiny_example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from orchestrator.pipeline import rebuild
-    from orchestrator.stages.build import BuildOptions
-
-    loaded = load_dossier(tiny_example / "dossier.yaml")
-    run = Run(name=loaded.model.name, identity=loaded.identity, image_id="sha256:" + "d" * 64, freeze=tuple(FREEZE))
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(rebuild, "run_build", lambda *a, **k: make_record(run))
-
-    def fake_probe(loaded: Any, engine: Any, options: Any, **kwargs: Any) -> Any:
-        seen["options"] = options
-        return "report"
-
-    monkeypatch.setattr(rebuild, "run_probe", fake_probe)
-    rebuild.rebuild(loaded, None, BuildOptions(out=tmp_path))  # type: ignore[arg-type]
-    assert seen["options"].built_in_this_run is True
 
 
 class _Progress:

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.dossier.lock import LockError, parse_lock
+from orchestrator.dossier.lock import parse_lock
+from orchestrator.errors import LockError
 
 HASH_A = "a" * 64
 HASH_B = "b" * 64

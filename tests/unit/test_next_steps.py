@@ -37,7 +37,8 @@ def _without_variants(folder: Path, name: str) -> Path:
 
 
 def test_probe_of_a_never_built_dossier_says_the_app_image_is_not_built(tiny_example: Path, tmp_path: Path) -> None:
-    from orchestrator.stages.probe import ProbeOptions, run_probe
+    from orchestrator.stages.execute import run_probe
+    from orchestrator.stages.probe import ProbeOptions
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     with pytest.raises(Exception) as caught:
@@ -50,7 +51,8 @@ def test_probe_of_a_never_built_dossier_says_the_app_image_is_not_built(tiny_exa
 
 
 def test_probe_of_a_missing_image_given_with_image_names_it(tiny_example: Path, tmp_path: Path) -> None:
-    from orchestrator.stages.probe import ProbeOptions, run_probe
+    from orchestrator.stages.execute import run_probe
+    from orchestrator.stages.probe import ProbeOptions
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
     with pytest.raises(Exception) as caught:

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from orchestrator.checks import metrics
-from orchestrator.checks.arrays import SMALL_BYTES, ArrayFormatError, from_json_value, read_npy
+from orchestrator.checks.arrays import SMALL_BYTES, from_json_value, read_npy
 from orchestrator.checks.sample import compare, sample_checks
 from orchestrator.dossier.load import LoadedDossier, load_dossier
 from orchestrator.dossier.models import CosineComparison
+from orchestrator.errors import ArrayFormatError
 from tests.paths import EXAMPLES
 
 WHY = "stated before comparing, for the test"

@@ -22,10 +22,11 @@ from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.pipeline.rebuild import RebuildHooks, rebuild
 from orchestrator.plan.build import default_tag
 from orchestrator.report.write import write_report
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build, run_probe
 from orchestrator.stages.handover import write_handover
 from orchestrator.stages.image_layers import final_stage_instructions
-from orchestrator.stages.probe import ProbeOptions, run_probe
+from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.verify import check_handover, verify_handover
 from tests.handover_craft import reseal
 from tests.probe_outputs import ENVIRONMENT_FILES, device_output, environment_section, inventory_output
@@ -50,7 +51,7 @@ def _code_is_a_plain_folder(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def _cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """`orch verify` reads the host it replays on: here, a CPU machine (nvidia-smi would be a subprocess)."""
-    monkeypatch.setattr("orchestrator.stages.probe.collect_host_facts", lambda info: CPU_HOST)
+    monkeypatch.setattr("orchestrator.stages.observe.collect_host_facts", lambda info: CPU_HOST)
 
 
 @pytest.fixture
@@ -201,7 +202,10 @@ def test_a_pinned_base_image_of_another_id_stops_the_build(tiny: LoadedDossier, 
     engine = FakeEngine(images=[base_image(tiny)])
     with pytest.raises(EnvironmentFailure, match="the dossier pins"):
         run_build(pinned, engine, BuildOptions(out=tmp_path), clock=clock)
-    assert [call[0] for call in engine.calls] == ["image"], "nothing is built on the wrong base"
+    # The observe phase read the base and the tag; step `base` refused the base: nothing is built on it.
+    assert [call[0] for call in engine.calls] == ["image", "image"], "nothing is built on the wrong base"
+    steps = json.loads((tmp_path / "steps.json").read_text())
+    assert [(s["name"], s["status"]) for s in steps["executed"][:2]] == [("base", "failed"), ("render", "skipped")]
 
 
 # -- probe stages ----------------------------------------------------------------------------------------------

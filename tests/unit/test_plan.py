@@ -177,14 +177,18 @@ def test_an_nvidia_runtime_gives_a_device_request_and_none_gives_no_mapping() ->
 
 
 def test_the_described_plan_names_the_build_step_the_probe_runs_in() -> None:
-    from orchestrator.pipeline.dry_run import planned_build, rebuild_plan
-    from orchestrator.plan.describe import BUILD_STEP, BUILT_IMAGE, render_calls
+    from orchestrator.pipeline.dry_run import rebuild_text
+    from orchestrator.plan.build import default_tag
+    from orchestrator.plan.describe import step_names
+    from orchestrator.plan.program import BUILT_IMAGE, BuildOptionsPlan
 
     loaded = load_dossier(TINY / "dossier.yaml")
-    steps = planned_build(loaded, Path("/o"), code=_code(), engine_labels={})
     host = HostFacts(kernel="k", nvidia=None, amd=None, docker=None)
-    calls = rebuild_plan(loaded, steps, host, {})
-    assert calls[BUILD_STEP - 1].title.startswith("build image")
-    text = render_calls(calls, {Path("/o"): "<out>"})
+    options = BuildOptionsPlan(out=Path("/o"), tag=default_tag(loaded))
+    text = rebuild_text(loaded, options, _code(), host, {}, aliases={Path("/o"): "<out>"})
+    names = step_names(text)
+    assert names[: names.index("build") + 1] == ["base", "render", "build"]
+    # The containers after the build run the image step `build` makes: the placeholder names that step.
+    assert BUILT_IMAGE == "<image built by step build>"
     assert f"image: {BUILT_IMAGE}" in text and "/o/" not in text
     assert "the daemon's GPU support is not known without an engine" in text

@@ -12,8 +12,8 @@ from orchestrator.cli.main import main
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import PullRequest, RegistryAuth
 from orchestrator.engine.fake import FakeEngine
-from orchestrator.errors import BadInput, HandoverDamaged
-from orchestrator.model.image_ref import ImageReferenceError, parse_pinned, parse_reference, registry_tag
+from orchestrator.errors import BadInput, HandoverDamaged, ImageReferenceError
+from orchestrator.model.image_ref import parse_pinned, parse_reference, registry_tag
 from orchestrator.model.manifest import Manifest
 from orchestrator.nightly.cell import CellOutcome
 from orchestrator.nightly.publish import PUBLISH_FILE, night_stamp, publish_passed

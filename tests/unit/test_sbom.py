@@ -23,7 +23,8 @@ from orchestrator.lock.output import LockedPackage, render_body
 from orchestrator.model.build_record import BuildRecord, WheelRef
 from orchestrator.model.inventory import parse_inventory
 from orchestrator.report.sbom import SBOM_FILE, lock_sources, public_url, sbom_json
-from orchestrator.stages.build import BuildOptions, run_build
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build
 from tests.probe_outputs import inventory_output
 
 CANARY = "c4n4ry-s3cr3t-71"

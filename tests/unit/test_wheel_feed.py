@@ -126,6 +126,7 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     from orchestrator.stages import build as build_module
     from orchestrator.stages.code_source import CodeState
     from orchestrator.stages.context import RenderedContext
+    from orchestrator.stages.execute import run_build
     from orchestrator.stages.wheelhouse import Wheel
 
     loaded = load_dossier(tiny_example / "dossier.yaml")
@@ -137,7 +138,7 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     (context / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"wheel")
     (context / "requirements.lock").write_text("a==1\n")
     (context / "feed_fetch.py").write_bytes(feed_fetch_source())
-    monkeypatch.setattr(build_module, "inspect_code", lambda loaded: state)
+    monkeypatch.setattr("orchestrator.stages.observe.inspect_code", lambda loaded: state)
 
     def rendered(loaded_: object, plan: object, directory: Path, **kwargs: object) -> RenderedContext:
         dockerfile = render_dockerfile(plan)  # type: ignore[arg-type]
@@ -152,7 +153,7 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
         id="sha256:" + "b" * 64, tags=(loaded.base_image.from_line,), labels={}, env={}, repo_digests=(), size=1
     )
     engine = FakeEngine(images=[base], runs={"inventory": ScriptedRun(stdout=json.dumps(document))})
-    record = build_module.run_build(loaded, engine, build_module.BuildOptions(out=tmp_path / "out"))
+    record = run_build(loaded, engine, build_module.BuildOptions(out=tmp_path / "out"))
     [(spec, served)] = engine.feeds
     assert spec.image == base.id
     assert served == [
@@ -168,3 +169,12 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
     assert not any(name.startswith("wheels") for name in sent) and "feed_fetch.py" not in sent, sent
     assert "Dockerfile" in sent and "app/embed.py" in sent
     assert not engine.feeds_running, "the feed is gone once the build returns"
+    # The feed branch is a field of step `build`: the steps run are the steps `--dry-run` lists.
+    from orchestrator.pipeline.dry_run import dry_run_build
+    from orchestrator.plan.describe import step_names
+
+    monkeypatch.setattr("orchestrator.stages.code_source._work_tree", lambda folder: None)
+    executed = json.loads((tmp_path / "out" / "steps.json").read_text())["executed"]
+    planned = dry_run_build(loaded, build_module.BuildOptions(out=tmp_path / "out"), environ={})
+    assert "wheel feed:" in planned
+    assert [step["name"] for step in executed] == step_names(planned)

@@ -14,9 +14,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_SUCCESS, EXIT_VERDICT_FAILED
-from orchestrator.model.checks import first_failure
-from orchestrator.model.report import STAGES, Report
+from orchestrator.model.checks import first_failure, mismatch
+from orchestrator.model.report import Report, first_failed_stage
 from orchestrator.nightly.cell import CellOutcome, CellRequest, CellStatus
+from orchestrator.text import one_line, strip_ansi
 
 #: Where a target leaves the rebuild's own console output, inside the cell's folder.
 LOGS = "logs"
@@ -28,7 +29,6 @@ _TAIL_BYTES = 64 * 2**10
 _MAX_LINE = 300
 # orch's own one-line errors (`error[dossier-invalid]: …`), Python's last traceback line, a shell's complaint.
 _ERROR_LINE = re.compile(r"^(error(\[[^\]]*\])?:|[A-Za-z_.]*(Error|Exception)\b|.*: (command )?not found)", re.I)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 _BY_EXIT_CODE: dict[int, CellStatus] = {
     EXIT_SUCCESS: "passed",
@@ -63,8 +63,7 @@ def rebuild_command(
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(_ANSI.sub("", text).split())
-    return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 1] + "…"
+    return one_line(strip_ansi(text), _MAX_LINE)
 
 
 def report_first_error(out: Path) -> str | None:
@@ -76,17 +75,15 @@ def report_first_error(out: Path) -> str | None:
         report = Report.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
         return None
-    for name in STAGES:
-        stage = report.stages.get(name)
-        if stage is None or stage.status != "failed":
-            continue
-        if stage.first_error is not None:
-            return _one_line(f"{name}: {stage.first_error.step}: {stage.first_error.message}")
-        failed = first_failure(stage.checks)
-        if failed is not None:
-            return _one_line(f"{name}: {failed.name}: expected {failed.expected}, observed {failed.observed}")
-        return _one_line(f"{name}: failed")
-    return None
+    stage = first_failed_stage(report)
+    if stage is None or stage.status != "failed":
+        return None
+    if stage.first_error is not None:
+        return _one_line(f"{stage.name}: {stage.first_error.step}: {stage.first_error.message}")
+    failed = first_failure(stage.checks)
+    if failed is not None:
+        return _one_line(f"{stage.name}: {failed.name}: {mismatch(failed)}")
+    return _one_line(f"{stage.name}: failed")
 
 
 def last_error_line(path: Path) -> str | None:
@@ -100,7 +97,7 @@ def last_error_line(path: Path) -> str | None:
             tail = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    lines = [_ANSI.sub("", line).strip() for line in tail.splitlines()]
+    lines = [strip_ansi(line).strip() for line in tail.splitlines()]
     lines = [line for line in lines if line]
     errors = [line for line in lines if _ERROR_LINE.match(line)]
     if errors:

@@ -7,12 +7,11 @@ and `checks/require_cuda.py`; both read the vendor tables in `orchestrator/data/
 
 from __future__ import annotations
 
-from functools import cache
-
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from orchestrator.model.host import AmdDriverFacts, CompatStatus, CompatVerdict
-from orchestrator.resources import data_json
+from orchestrator.vendor import rocm_kmd_support
+from orchestrator.versions import parse_version
 
 
 def without_gpu_advice(cpu_variant: str | None) -> str:
@@ -26,13 +25,6 @@ def without_gpu_advice(cpu_variant: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------- ROCm verdict
-
-
-@cache
-def rocm_kmd_support() -> dict[str, tuple[str, ...]]:
-    """KMD (amdgpu DKMS) ROCm release → the user-space releases AMD tested with it (data/rocm_kmd_support.json)."""
-    raw: dict[str, list[str]] = data_json("rocm_kmd_support.json")["kmd"]
-    return {kmd: tuple(user_spaces) for kmd, user_spaces in raw.items()}
 
 
 def rocm_verdict(
@@ -117,7 +109,7 @@ def _rocm_release(text: str | None) -> Version | None:
     if not text:
         return None
     cleaned = text.strip().removeprefix("rocm").split("-", 1)[0]
-    version = _version(cleaned)
+    version = parse_version(cleaned)
     return Version(f"{version.major}.{version.minor}") if version is not None else None
 
 
@@ -126,12 +118,3 @@ def _rocm_release(text: str | None) -> Version | None:
 
 def _verdict(status: CompatStatus, explanation: str, requirement: str | None, host_driver: str | None) -> CompatVerdict:
     return CompatVerdict(status=status, explanation=explanation, image_requirement=requirement, host_driver=host_driver)
-
-
-def _version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    try:
-        return Version(text.strip())
-    except InvalidVersion:
-        return None
