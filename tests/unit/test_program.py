@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import ImageInfo
+from orchestrator.engine import Connection, ImageInfo
 from orchestrator.engine.fake import FakeEngine, ScriptedBuild, ScriptedRun
 from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.pipeline.dry_run import dry_run_build, dry_run_rebuild
@@ -191,9 +191,9 @@ def test_a_base_pulled_by_step_base_plans_the_rest_again_with_its_id(tmp_path: P
 class _BaseArrivesLater(FakeEngine):
     """The observe phase finds no base; step `base` then gets it (as a pull would)."""
 
-    def image(self, ref: str) -> ImageInfo | None:
+    def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
         first = not any(call == ("image", ref) for call in self.calls)
-        found = super().image(ref)
+        found = super().image(ref, layers=layers)
         return None if first and found is not None and ref in found.tags and "debian" in ref else found
 
 
@@ -205,9 +205,9 @@ def traced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
     loaded = _online_copy(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path)
     trace: dict[str, Any] = {"connections": 0, "read": [], "image_checks": 0, "loaded": loaded}
 
-    def connect(*args: object, **kwargs: object) -> FakeEngine:
+    def connect(*args: object, **kwargs: object) -> Connection:
         trace["connections"] += 1
-        return FakeEngine(images=[base_image(loaded)], runs=passing_runs(loaded))
+        return FakeEngine(images=[base_image(loaded)], runs=passing_runs(loaded)).connection()
 
     from orchestrator import documents
     from orchestrator.checks import image as image_module
