@@ -130,6 +130,13 @@ def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, 
             ("wheel feed command", " ".join(steps.feed.command)),
             ("wheel feed serves", f"{', '.join(FEED_PATHS)} of the context, copied in with the archive API"),
             ("wheel feed network", f"none: its loopback only, which the build joins; user {steps.feed.user}"),
+            (
+                "wheel feed limits",
+                f"memory {steps.feed.mem_limit}, pids {steps.feed.pids_limit}, ready when its output shows "
+                f"{steps.feed.ready_line!r} within {steps.feed.start_timeout_s:g}s",
+            ),
+            *_labels("wheel feed label", {**dict(steps.feed.labels), MANAGED[0]: MANAGED[1]}),
+            ("wheel feed security", steps.feed.hardening.words()),
         ]
     return (
         (
