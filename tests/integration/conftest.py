@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -23,7 +24,12 @@ from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_
 from orchestrator.stages.build import BuildOptions, run_build
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
-from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images
+from tests.integration.housekeeping import (
+    SETTLE_S,
+    remove_session_containers,
+    remove_session_images,
+    session_images,
+)
 from tests.paths import EXAMPLES
 
 
@@ -31,6 +37,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+            # Under `pytest -n 2 --dist loadgroup` (make test) every integration test runs on one worker, in
+            # file order, while the other worker takes the unit, golden and system tests: the session's
+            # fixtures (the warm tiny image, the foreign objects, the final sweep) and its per-test image
+            # removal assume one process per session label. See docs/testing.md.
+            item.add_marker(pytest.mark.xdist_group("engine"))
 
 
 #: What the integration suite needs free at its start. Measured with a disk monitor over a full run
@@ -129,8 +140,8 @@ def foreign_objects(docker_client: docker.DockerClient, base_image: BaseOutcome)
 def _session_sweep(docker_client: docker.DockerClient, foreign_objects: ForeignObjects) -> Iterator[None]:
     """At the session's end: remove every container and image this session made, and only those."""
     yield
-    remove_session_containers(docker_client)
-    left = remove_session_images(docker_client)
+    remove_session_containers(docker_client, settle_s=SETTLE_S)
+    left = remove_session_images(docker_client, settle_s=SETTLE_S)
     assert not left, f"the session could not remove its own images: {sorted(left)}"
 
 
@@ -151,12 +162,18 @@ def needs_free_space(docker_client: docker.DockerClient) -> Callable[[float], No
     return check
 
 
+@pytest.fixture(scope="session")
+def warm_tiny_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `--out` folder of the session's warm tiny-embeddings build (build.json, environment.json)."""
+    return tmp_path_factory.mktemp("warm-tiny")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _warm_tiny_layers(
     _session_sweep: None,
     engine: Engine,
     base_image: BaseOutcome,
-    tmp_path_factory: pytest.TempPathFactory,
+    warm_tiny_out: Path,
 ) -> BuildRecord:
     """examples/tiny-embeddings built once and kept until the session's end: its layers are the cache.
 
@@ -166,7 +183,7 @@ def _warm_tiny_layers(
     21 minutes instead of about 11). The session's final sweep removes it.
     """
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
-    record = run_build(loaded, engine, BuildOptions(out=tmp_path_factory.mktemp("warm-tiny")))
+    record = run_build(loaded, engine, BuildOptions(out=warm_tiny_out))
     assert record.image is not None, record.failure
     return record
 
