@@ -7,6 +7,34 @@ import pytest
 
 from tests.paths import EXAMPLES
 
+#: The time budget of each test folder, in seconds of test time (setup + call + teardown, summed over its
+#: tests; with `-n 2` the folders overlap, so wall time is about the integration folder's). Measured and
+#: explained in docs/testing.md; the run prints each folder's total against it (`pytest_terminal_summary`).
+FOLDER_BUDGET_S = {
+    "tests/unit": 90,
+    "tests/golden": 30,
+    "tests/system": 60,
+    "tests/integration": 22 * 60,
+}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each test folder's total time against its budget (docs/testing.md): where a slower suite comes from."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                folder = "/".join(report.nodeid.split("/")[:2])
+                totals[folder] = totals.get(folder, 0.0) + report.duration
+    if not totals:
+        return
+    terminalreporter.section("time per test folder (budget: docs/testing.md)")
+    for folder, total in sorted(totals.items()):
+        budget = FOLDER_BUDGET_S.get(folder)
+        verdict = "" if budget is None else (" over budget" if total > budget else "")
+        limit = "no budget" if budget is None else f"budget {budget:.0f} s"
+        terminalreporter.write_line(f"{folder}: {total:.0f} s ({limit}){verdict}")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="Rewrite golden files instead of comparing.")
