@@ -24,7 +24,7 @@ from orchestrator.engine import Engine, RunSpec
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.report.write import read_report
 from orchestrator.stages.base_image import BaseOutcome
-from tests.integration.helpers import orch
+from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 
 DOSSIER = EXAMPLES / "cpp-extension" / "dossier-cuda.yaml"
@@ -47,7 +47,9 @@ def cuda_rebuilt(
     folder = Path(tempfile.mkdtemp(prefix="orch-cuda-ext-"))
     try:
         out = folder / "out"
+        before = session_containers()
         result = orch("rebuild", str(DOSSIER), "--out", str(out))
+        assert session_containers() == before, "orch rebuild left containers behind"
         # exit 1: the image builds and passes its stage; the device stage fails here (no NVIDIA GPU)
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
         yield out, result.stdout
