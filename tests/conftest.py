@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,27 @@ FOLDER_BUDGET_S = {
     "tests/system": 60,
     "tests/integration": 22 * 60,
 }
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test`'s `-n 2 --dist loadgroup`: every integration test on one worker, in file order.
+
+    xdist's own loadgroup reads the `xdist_group` mark by renaming each node id (`item._nodeid`), which
+    pytest 9.2 no longer reads (the id is `item._id` now): the mark groups nothing and the integration
+    tests were spread over both workers (seen: two sessions on one engine, each with its own warm image and
+    sweep). This scheduler keys the scope on the path instead: tests/integration is one scope, every other
+    test its own. docs/testing.md says why the integration tests share one worker.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid
+
+    return EngineGroup(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -37,11 +37,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-            # Under `pytest -n 2 --dist loadgroup` (make test) every integration test runs on one worker, in
-            # file order, while the other worker takes the unit, golden and system tests: the session's
-            # fixtures (the warm tiny image, the foreign objects, the final sweep) and its per-test image
-            # removal assume one process per session label. See docs/testing.md.
-            item.add_marker(pytest.mark.xdist_group("engine"))
 
 
 #: What the integration suite needs free at its start. Measured with a disk monitor over a full run
