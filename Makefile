@@ -48,9 +48,11 @@ registry-tools:
 test-tools:
 	scripts/ensure-test-tools.sh
 
-## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine
+## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine.
+## Two workers: the integration tests keep one (one xdist group, in file order), the rest run on the other
+## (docs/testing.md: the time budget per folder).
 test: venv engine nightly-services registry-tools test-tools lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 test-unit: venv
 	$(BIN)/pytest tests/unit tests/golden

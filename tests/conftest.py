@@ -2,10 +2,60 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.paths import EXAMPLES
+
+#: The time budget of each test folder, in seconds of test time (setup + call + teardown, summed over its
+#: tests; with `-n 2` the folders overlap, so wall time is about the integration folder's). Measured and
+#: explained in docs/testing.md; the run prints each folder's total against it (`pytest_terminal_summary`).
+FOLDER_BUDGET_S = {
+    "tests/unit": 90,
+    "tests/golden": 30,
+    "tests/system": 60,
+    "tests/integration": 22 * 60,
+}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test`'s `-n 2 --dist loadgroup`: every integration test on one worker, in file order.
+
+    xdist's own loadgroup reads the `xdist_group` mark by renaming each node id (`item._nodeid`), which
+    pytest 9.2 no longer reads (the id is `item._id` now): the mark groups nothing and the integration
+    tests were spread over both workers (seen: two sessions on one engine, each with its own warm image and
+    sweep). This scheduler keys the scope on the path instead: tests/integration is one scope, every other
+    test its own. docs/testing.md says why the integration tests share one worker.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid
+
+    return EngineGroup(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each test folder's total time against its budget (docs/testing.md): where a slower suite comes from."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                folder = "/".join(report.nodeid.split("/")[:2])
+                totals[folder] = totals.get(folder, 0.0) + report.duration
+    if not totals:
+        return
+    terminalreporter.section("time per test folder (budget: docs/testing.md)")
+    for folder, total in sorted(totals.items()):
+        budget = FOLDER_BUDGET_S.get(folder)
+        verdict = "" if budget is None else (" over budget" if total > budget else "")
+        limit = "no budget" if budget is None else f"budget {budget:.0f} s"
+        terminalreporter.write_line(f"{folder}: {total:.0f} s ({limit}){verdict}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -24,7 +25,12 @@ from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.execute import run_build
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
-from tests.integration.housekeeping import remove_session_containers, remove_session_images, session_images
+from tests.integration.housekeeping import (
+    SETTLE_S,
+    remove_session_containers,
+    remove_session_images,
+    session_images,
+)
 from tests.paths import EXAMPLES
 
 
@@ -130,8 +136,8 @@ def foreign_objects(docker_client: docker.DockerClient, base_image: BaseOutcome)
 def _session_sweep(docker_client: docker.DockerClient, foreign_objects: ForeignObjects) -> Iterator[None]:
     """At the session's end: remove every container and image this session made, and only those."""
     yield
-    remove_session_containers(docker_client)
-    left = remove_session_images(docker_client)
+    remove_session_containers(docker_client, settle_s=SETTLE_S)
+    left = remove_session_images(docker_client, settle_s=SETTLE_S)
     assert not left, f"the session could not remove its own images: {sorted(left)}"
 
 
@@ -152,12 +158,18 @@ def needs_free_space(docker_client: docker.DockerClient) -> Callable[[float], No
     return check
 
 
+@pytest.fixture(scope="session")
+def warm_tiny_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `--out` folder of the session's warm tiny-embeddings build (build.json, environment.json)."""
+    return tmp_path_factory.mktemp("warm-tiny")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _warm_tiny_layers(
     _session_sweep: None,
     engine: Engine,
     base_image: BaseOutcome,
-    tmp_path_factory: pytest.TempPathFactory,
+    warm_tiny_out: Path,
 ) -> BuildRecord:
     """examples/tiny-embeddings built once and kept until the session's end: its layers are the cache.
 
@@ -167,7 +179,7 @@ def _warm_tiny_layers(
     21 minutes instead of about 11). The session's final sweep removes it.
     """
     loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
-    record = run_build(loaded, engine, BuildOptions(out=tmp_path_factory.mktemp("warm-tiny")))
+    record = run_build(loaded, engine, BuildOptions(out=warm_tiny_out))
     assert record.image is not None, record.failure
     return record
 

@@ -24,7 +24,7 @@ from orchestrator.engine import Engine, RunSpec
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.report.write import read_report
 from orchestrator.stages.base_image import BaseOutcome
-from tests.integration.helpers import orch
+from tests.integration.helpers import orch, session_containers
 from tests.paths import EXAMPLES
 
 DOSSIER = EXAMPLES / "cpp-extension" / "dossier-cuda.yaml"
@@ -47,7 +47,9 @@ def cuda_rebuilt(
     folder = Path(tempfile.mkdtemp(prefix="orch-cuda-ext-"))
     try:
         out = folder / "out"
+        before = session_containers()
         result = orch("rebuild", str(DOSSIER), "--out", str(out))
+        assert session_containers() == before, "orch rebuild left containers behind"
         # exit 1: the image builds and passes its stage; the device stage fails here (no NVIDIA GPU)
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
         yield out, result.stdout
@@ -121,6 +123,36 @@ def test_the_runtime_image_holds_no_compiler_and_no_toolchain_wheel(
     assert result.exit_code == 0 and result.stdout.strip() == "", result.stdout
     listing = engine.run(RunSpec(image=record.image.id, command=["ls", "/opt/orch/ext"], timeout_s=60))
     assert "gate_ext." in listing.stdout and "orch-extensions.json" in listing.stdout
+
+
+def test_the_cuda13_image_on_a_cpu_machine_passes_its_image_stage_and_fails_host_and_device(
+    cuda_rebuilt: tuple[Path, str],
+) -> None:
+    """Was test_probe.py's test_cuda_dossier_on_a_cpu_machine_fails_at_device, which built tiny-embeddings'
+    `local-cuda13` variant: a second 25-30 GB CUDA 13 image of the very same lock (requirements-cu130.lock,
+    byte for byte). Issue 22: this module's one CUDA 13 image serves both; the variant's own Dockerfile is
+    pinned by tests/golden (tiny-embeddings--dossier-cuda+local-cuda13.Dockerfile)."""
+    out, _ = cuda_rebuilt
+    assert (EXAMPLES / "cpp-extension" / "requirements-cu130.lock").read_bytes() == (
+        EXAMPLES / "tiny-embeddings" / "requirements-cu130.lock"
+    ).read_bytes(), "the two CUDA 13 dossiers no longer share a lock: test the local-cuda13 variant on its own"
+    report = read_report(out / "report.json")
+    stages = report.stages
+    assert stages["image"].status == "passed", stages["image"].first_error
+    image = {check.name: check for check in stages["image"].checks}
+    assert image["torch build matches platform"].observed.startswith("torch 2.14.1+cu130, cuda=13.0")
+    assert stages["host"].status == "failed"
+    host = {check.name: check for check in stages["host"].checks}
+    assert host["NVIDIA driver present"].observed == "no NVIDIA driver found"
+    assert host["driver supports the image's CUDA"].observed == "no-driver"
+    assert stages["device"].status == "failed"
+    device = {check.name: check for check in stages["device"].checks}
+    assert device["torch is a CUDA build"].passed, "the CUDA build is there..."
+    visible = device["NVIDIA GPU visible in the container"]
+    assert not visible.passed and "torch sees 0 device(s)" in visible.observed, "...but no GPU to run it on"
+    assert stages["sample"].status == "not_run"
+    assert stages["sample"].reason is not None and "device stage failed" in stages["sample"].reason
+    assert report.verdict == "failed"
 
 
 def test_the_device_stage_fails_naming_the_reason_with_no_cpu_fallback(cuda_rebuilt: tuple[Path, str]) -> None:

@@ -12,7 +12,6 @@ cold cell of the timeout test carries its own cell label and is swept by it; the
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import tempfile
@@ -36,6 +35,7 @@ from orchestrator.nightly.targets.docker_endpoint import CELL_LABEL, DockerTarge
 from orchestrator.nightly.targets.slurm import SlurmTarget
 from orchestrator.stages.base_image import BaseOutcome
 from tests.integration.helpers import SESSION_ID, SESSION_TAG_NAMESPACE
+from tests.integration.housekeeping import remove_containers, remove_images
 from tests.paths import EXAMPLES, REPO
 
 SECOND = REPO / "scripts" / "second-dockerd.sh"
@@ -178,16 +178,26 @@ def test_a_hanging_cell_times_out_and_its_containers_are_removed(
         mine = [
             container
             for container in client.containers.list(all=True, filters={"label": CELL_LABEL})
-            if container.labels.get(CELL_LABEL, "").startswith(cell_id + ".")
+            if _this_cell(container.labels, cell_id)
         ]
-        leftovers = [image for image in client.images.list(all=True, filters={"label": CELL_LABEL})]
-        for image in leftovers:  # the stopped build's layers: this daemon's own housekeeping
-            if image.labels.get(CELL_LABEL, "").startswith(cell_id + "."):
-                with contextlib.suppress(docker.errors.NotFound):  # gone with a child removed before it
-                    client.images.remove(str(image.id), force=True)
+        # The stopped build's layers: this daemon's own housekeeping, children first and retried while a
+        # loaded daemon still holds them (issue 22: `409 Conflict … image has dependent child images` when a
+        # parent came before its child). Only this cell's layers, found by its own label value.
+        remove_containers(client, {"label": CELL_LABEL}, mine=lambda c: _this_cell(c.labels, cell_id))
+        left = remove_images(client, lambda: _cell_images(client, cell_id))
     finally:
         client.close()
     assert mine == [], f"the stopped cell left containers: {[c.short_id for c in mine]}"
+    assert not left, f"the stopped cell's layers could not be removed: {sorted(left)}"
+
+
+def _this_cell(labels: dict[str, str] | None, cell_id: str) -> bool:
+    return (labels or {}).get(CELL_LABEL, "").startswith(cell_id + ".")
+
+
+def _cell_images(client: docker.DockerClient, cell_id: str) -> set[str]:
+    images = client.images.list(all=True, filters={"label": CELL_LABEL})
+    return {str(image.id) for image in images if _this_cell(image.labels, cell_id)}
 
 
 # -- Slurm ----------------------------------------------------------------------------------------------
