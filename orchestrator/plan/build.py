@@ -28,7 +28,6 @@ from orchestrator.vendor import InstallerWheel, uv_wheel
 RUNTIME_UID = specs.RUNTIME_UID
 LABEL_PREFIX = specs.LABEL_PREFIX
 
-
 #: Where the builder stage puts the extensions' sources, its scratch, and the one folder the final stage copies.
 EXT_SOURCES = "/tmp/orch/ext-src"
 EXT_OUT = "/opt/orch/ext"

@@ -21,6 +21,9 @@ Then the image is loaded with no tag (none of the verifying host's tags can move
 as `orch-handover:<id>`, the probes run again from the shipped dossier — each stage stopping the ones
 after it when it fails — and the new report is compared with the shipped one, layer by layer.
 Every refusal in steps 1 to 4 is `HandoverDamaged` (exit 1) naming the file and what is wrong.
+
+Why one module of ~410 lines: it is the replay's one sequence, in the order above; the checks that stand
+alone already live beside it (`handover_folder`, `image_tar`, `verify_registry`).
 """
 
 from __future__ import annotations

@@ -55,8 +55,12 @@ def test_the_engine_protocol_has_at_most_twelve_members() -> None:
 
 def test_no_module_is_over_600_lines_and_the_adapter_modules_over_400() -> None:
     for module in Path("orchestrator").rglob("*.py"):
-        lines = module.read_text(encoding="utf-8").count("\n")
+        text = module.read_text(encoding="utf-8")
+        lines = text.count("\n")
         assert lines <= 600, f"{module}: {lines} lines"
+        # Over 400 lines only with the reason at the top (its docstring says why it is one module).
+        top = "\n".join(text.splitlines()[:40])
+        assert lines <= 400 or "Why one module of" in top, f"{module}: {lines} lines and no reason at its top"
     for module in ENGINE.glob("docker_*.py"):
         assert module.read_text(encoding="utf-8").count("\n") <= 400, module
 
