@@ -20,6 +20,10 @@ FOLDER_BUDGET_S = {
 }
 
 
+#: The integration files that form the second engine session under xdist (see `pytest_xdist_make_scheduler`).
+NIGHTLY = ("tests/integration/test_nightly_targets_real.py", "tests/integration/test_nightly_two_nights.py")
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test`'s `-n 2 --dist loadgroup`: every integration test on one worker, in file order.
@@ -36,6 +40,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class EngineGroup(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            # The nightly targets' tests wait on the second daemon and on Slurm most of their time: a scope of
+            # their own (a session of their own, its own label) lets them wait beside the main engine session.
+            if nodeid.startswith(NIGHTLY):
+                return "tests/integration (nightly targets)"
             return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid
 
     return EngineGroup(config, log)
