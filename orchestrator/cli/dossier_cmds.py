@@ -25,8 +25,9 @@ gpus_option = click.option(
 dry_run_option = click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the whole plan — every engine call, in order, with its image, tag, labels, mounts, environment, "
-    "limits and GPU mapping — and exit 0 without touching the engine.",
+    help="Print the program — every step, numbered and named, with its image, tag, labels, mounts, environment, "
+    "limits and GPU mapping (the steps a real run executes and records in steps.json) — and exit 0 without "
+    "touching the engine.",
 )
 
 
