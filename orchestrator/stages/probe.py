@@ -54,8 +54,6 @@ __all__ = ["Clock", "ProbeOptions", "utc_now"]
 class ProbeOptions:
     out: Path
     image: str | None = None
-    #: `orch rebuild`: the image was built moments ago in the same run, so its build is the image stage's work.
-    built_in_this_run: bool = False
     #: `orch verify`: a failed stage stops every stage after it (a replay proves nothing past its first failure).
     stop_after_failure: bool = False
     #: `--gpus`: which GPUs containers get (all, N, device=0,2, GPU-/MIG- UUID); None: the scheduler's allocation
