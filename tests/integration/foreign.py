@@ -7,9 +7,13 @@ would make them. The suite must leave every one of them as it found it (conftest
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -123,18 +127,38 @@ def make_foreign_objects(client: docker.DockerClient, base: str) -> ForeignObjec
     exited = client.containers.run(tagged, ["true"], detach=True, network_mode="none", labels=labels)
     exited.wait(timeout=60)
     foreign = ForeignObjects(tagged, tag, dangling, str(running.id), str(exited.id))
-    for dossier in DEFAULT_TAG_DOSSIERS:
-        # The tag a user who is not the suite gets for this dossier (namespace `orch`, no ORCH_TAG_NAMESPACE).
-        default = default_tag(load_dossier(dossier))
-        try:
-            held = client.images.get(default)
-            # Another test run's stand-in (it removes it when that run ends): not a user's image to guard.
-            if not str((held.labels or {}).get(OWNER_LABEL, "")).startswith("another-user-"):
-                foreign.default_tags[default] = str(held.id)
-        except docker.errors.ImageNotFound:
-            foreign.default_tags[default] = foreign_build(client, base, f"RUN echo {SESSION_ID} > /owner", tag=default)
-            foreign.made_default_tags.append(default)
+    with _default_tags_lock():
+        for dossier in DEFAULT_TAG_DOSSIERS:
+            # The tag a user who is not the suite gets for this dossier (namespace `orch`, no ORCH_TAG_NAMESPACE).
+            default = default_tag(load_dossier(dossier))
+            try:
+                # A real user's image, or another test session's stand-in (the other xdist worker's, or
+                # another run's): guarded either way. Its maker removing it at its own end leaves the tag
+                # and the image gone together, which `_default_tag_damage` does not count as damage.
+                foreign.default_tags[default] = str(client.images.get(default).id)
+            except docker.errors.ImageNotFound:
+                made = foreign_build(client, base, f"RUN echo {SESSION_ID} > /owner", tag=default)
+                foreign.default_tags[default] = made
+                foreign.made_default_tags.append(default)
     return foreign
+
+
+@contextlib.contextmanager
+def _default_tags_lock() -> Iterator[None]:
+    """One test session at a time looks up and makes the default-tag stand-ins on this host.
+
+    Without it the two xdist workers both found a default tag absent, both made a stand-in, the second
+    re-pointed the tag, and the second's removal at its end left the first's image without its tag:
+    the guard read that as the suite's damage (CI of stop 30). A host-wide lock file also covers two
+    test runs started together on one machine.
+    """
+    path = Path(tempfile.gettempdir()) / "orch-test-default-tag-stand-ins.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class ForeignBuildInProgress(threading.Thread):
