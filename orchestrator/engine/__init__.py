@@ -25,7 +25,16 @@ from orchestrator.engine.requests import (
     RootfsImport,
 )
 from orchestrator.errors import ImageNotBuilt
-from orchestrator.plan.specs import HARDENED, BuildNetwork, Hardening, Mount, Network, RunSpec, ServiceSpec
+from orchestrator.plan.specs import (
+    HARDENED,
+    Builder,
+    BuildNetwork,
+    Hardening,
+    Mount,
+    Network,
+    RunSpec,
+    ServiceSpec,
+)
 from orchestrator.untrusted import exited
 
 __all__ = [
@@ -35,6 +44,7 @@ __all__ = [
     "BuildNetwork",
     "BuildOutcome",
     "BuildRequest",
+    "Builder",
     "Connection",
     "CopyOut",
     "Engine",
@@ -52,6 +62,7 @@ __all__ = [
     "RootfsImport",
     "RunOutcome",
     "RunSpec",
+    "Served",
     "ServiceSpec",
     "connect",
     "describe_exit",
@@ -76,6 +87,17 @@ class EngineInfo:
     os: str
     runtimes: tuple[str, ...]
     cdi_spec_dirs: tuple[str, ...]
+    #: The builders this engine offers, preferred first (plan/build.py `choose_builder` reads it).
+    builders: tuple[Builder, ...] = ("classic",)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running service (`engine.serve`): its container id, and its base URL on the engine's bridge
+    (`http://<address>:<port>/`) when its spec asked for network `bridge`."""
+
+    id: str
+    url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,9 +180,10 @@ class Engine(Protocol):
 
     def build(self, request: BuildRequest) -> BuildOutcome: ...
 
-    #: Start the service (the wheel feed) with `files` (a tar) put in at `/`, yield its container id once it
-    #: is ready (for `BuildRequest(network="wheel-feed", feed=...)`), remove it on the way out, whatever happened.
-    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> AbstractContextManager[str]: ...
+    #: Start the service (the wheel feed, BuildKit's context server) with `files` (a tar) put in at `/`, yield it
+    #: once ready (its id for `BuildRequest(network="wheel-feed", feed=...)`, its URL for `remote=`), remove it
+    #: on the way out, whatever happened.
+    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> AbstractContextManager[Served]: ...
 
     #: create → start → wait → logs → remove; with `copy`, the container's folder copied out after a clean exit.
     def run(self, spec: RunSpec, copy: CopyOut | None = None) -> RunOutcome: ...

@@ -17,7 +17,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from orchestrator.engine import IMAGE_REMOVED_HINT, MANAGED_LABEL, CopyOut, RunOutcome
+from orchestrator.engine import IMAGE_REMOVED_HINT, MANAGED_LABEL, CopyOut, RunOutcome, Served
 from orchestrator.errors import EnvironmentFailure, ImageNotBuilt
 from orchestrator.plan.specs import Hardening, RunSpec, ServiceSpec
 from orchestrator.redact import redact
@@ -27,6 +27,17 @@ _FEED_HINT = (
     "The feed runs the base image's own Python (`python -m http.server`); build with --network none to install "
     "from the build context instead."
 )
+_CONTEXT_SERVER_HINT = (
+    "The context server runs the base image's own Python (`python -m http.server`); build with `--builder classic` "
+    "to upload the context to the engine instead."
+)
+
+
+def _service(spec: ServiceSpec) -> tuple[str, str]:
+    """What the service is called in an error, and what to do instead."""
+    if spec.network == "bridge":
+        return "orch's BuildKit context server", _CONTEXT_SERVER_HINT
+    return "orch's wheel feed", _FEED_HINT
 
 
 def hardening_options(hardening: Hardening, mem_limit: str, pids_limit: int) -> dict[str, Any]:
@@ -166,7 +177,7 @@ def run(
 @contextlib.contextmanager
 def serve(
     client: docker.DockerClient, engine_labels: Mapping[str, str], spec: ServiceSpec, files: IO[bytes]
-) -> Iterator[str]:
+) -> Iterator[Served]:
     """The service's container, `files` put in at `/` (the archive API: the engine may be on another machine),
     started, ready; removed on the way out whatever happened. Only errors of starting it are named here."""
     container = None
@@ -181,23 +192,37 @@ def serve(
                 pids_limit=spec.pids_limit,
                 command=list(spec.command),
                 environment=dict(spec.environment),
-                network_mode="none",
+                network_mode=spec.network,
                 user=spec.user,
             )
             container.put_archive("/", files)
             container.start()
             _wait_until_ready(container, spec)
+            url = _bridge_url(container, spec) if spec.network == "bridge" else None
         except docker.errors.ImageNotFound:
             raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=IMAGE_REMOVED_HINT) from None
         except docker.errors.APIError as exc:
-            raise EnvironmentFailure(
-                f"starting orch's wheel feed failed: {redact(str(exc.explanation))}", hint=_FEED_HINT
-            ) from None
-        yield str(container.id)
+            name, hint = _service(spec)
+            raise EnvironmentFailure(f"starting {name} failed: {redact(str(exc.explanation))}", hint=hint) from None
+        yield Served(str(container.id), url)
     finally:
         if container is not None:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
+
+
+def _bridge_url(container: Any, spec: ServiceSpec) -> str:
+    """`http://<address>:<port>/` on the engine's bridge: where the engine (BuildKit's HTTP source) reaches it."""
+    container.reload()
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    address = next((str(n.get("IPAddress")) for n in networks.values() if n.get("IPAddress")), "")
+    if not address:
+        raise EnvironmentFailure(
+            f"orch's BuildKit context server (a container of {spec.image[:19]}) has no address on the engine's "
+            "bridge network, so BuildKit cannot fetch the build context from it",
+            hint=_CONTEXT_SERVER_HINT,
+        )
+    return f"http://{address}:{spec.port}/"
 
 
 def _wait_until_ready(container: Any, spec: ServiceSpec) -> None:
@@ -210,9 +235,9 @@ def _wait_until_ready(container: Any, spec: ServiceSpec) -> None:
             return
         if container.status != "running" or time.monotonic() > deadline:
             last = redact(logs.strip().splitlines()[-1]) if logs.strip() else f"status {container.status}"
+            name, hint = _service(spec)
             raise EnvironmentFailure(
-                f"orch's wheel feed (a container of the base image {spec.image[:19]}) did not start: {last}",
-                hint=_FEED_HINT,
+                f"{name} (a container of the base image {spec.image[:19]}) did not start: {last}", hint=hint
             )
         time.sleep(0.05)
 

@@ -30,6 +30,7 @@ from orchestrator.engine import (
     RootfsImport,
     RunOutcome,
     RunSpec,
+    Served,
     ServiceSpec,
     docker_build,
     docker_containers,
@@ -86,6 +87,7 @@ class DockerEngine:
             os=str(info.get("OperatingSystem", "")),
             runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
             cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()),
+            builders=docker_build.builders(str(info.get("OSType", "")), str(version.get("ApiVersion", ""))),
         )
 
     def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
@@ -98,7 +100,7 @@ class DockerEngine:
             outcome = replace(outcome, image_id=built.id if built else None)
         return outcome
 
-    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> AbstractContextManager[str]:
+    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> AbstractContextManager[Served]:
         return docker_containers.serve(self._client, self._settings.labels, spec, files)
 
     def run(self, spec: RunSpec, copy: CopyOut | None = None) -> RunOutcome:

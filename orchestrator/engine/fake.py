@@ -5,7 +5,11 @@ sha256 of its config (so `save` writes a `docker save` tarball that `orch verify
 gives the same id back); a container "writes" its scripted files into the host folder mounted at the
 container path they name; containers and images carry the engine's labels. It reads no Dockerfile: a built
 image's labels are the request's (`BuildRequest.dockerfile_labels`, `.labels`) and the script's, its history
-the script's (after that of `ScriptedBuild.base`).
+the script's (after that of `ScriptedBuild.base`). A BuildKit build reads its context from the context
+server that `serve` holds, as the engine fetches it.
+
+Why one module of 400+ lines: it is the whole Engine protocol in memory, every member beside the others it
+shares state with (images, builds, served contexts); split, each part would import the others' dictionaries.
 
     engine = FakeEngine(runs={"sample": ScriptedRun(files={"/orch/output/x.npy": data})})
     record = run_build(loaded, engine, options)
@@ -40,6 +44,7 @@ from orchestrator.engine import (
     RemoveImage,
     RootfsImport,
     RunOutcome,
+    Served,
 )
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt, RegistryError
 from orchestrator.plan.specs import BuildNetwork, RunSpec, ServiceSpec
@@ -147,6 +152,8 @@ class FakeEngine:
         #: The entry names of each build's context tar, in build order.
         self.contexts: list[list[str]] = []
         self.feeds_running: set[str] = set()
+        #: The context tars the context servers held, by their path under the server's root.
+        self.served: dict[str, bytes] = {}
         self.closed = False
 
     # -- scripting helpers ---------------------------------------------------------------------------
@@ -213,7 +220,18 @@ class FakeEngine:
         self.calls.append(("build", request.tag))
         if request.network == "wheel-feed" and request.feed not in self.feeds_running:
             raise AssertionError("a wheel-feed build ran without its feed running")
-        with tarfile.open(fileobj=request.context, mode="r") as tar:
+        if request.builder == "buildkit":
+            # The engine fetches the context from the URL: only from a context server running now.
+            running = request.remote is not None and any(
+                request.remote.startswith(f"http://fake-{feed}/") for feed in self.feeds_running
+            )
+            if not running or request.remote is None:
+                raise AssertionError("a BuildKit build ran without its context server running")
+            context: IO[bytes] = io.BytesIO(self.served[request.remote.split("/", 3)[3]])
+        else:
+            assert request.context is not None
+            context = request.context
+        with tarfile.open(fileobj=context, mode="r") as tar:
             self.contexts.append(sorted(tar.getnames()))
         script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
         self.builds.append((request.tag, request.network, dict(request.labels)))
@@ -230,17 +248,21 @@ class FakeEngine:
         return BuildOutcome(image.id, script.log)
 
     @contextlib.contextmanager
-    def _serve(self, spec: ServiceSpec, files: IO[bytes]) -> Iterator[str]:
+    def _serve(self, spec: ServiceSpec, files: IO[bytes]) -> Iterator[Served]:
         with tarfile.open(fileobj=files, mode="r") as tar:
             self.feeds.append((spec, sorted(tar.getnames())))
+            # A context server's one member is the context tar: kept, so a BuildKit build can read it.
+            for member in tar.getmembers():
+                if member.name.endswith("/context.tar") and (handle := tar.extractfile(member)) is not None:
+                    self.served[member.name.partition("/")[2]] = handle.read()
         feed = f"feed-{len(self.feeds)}"
         self.feeds_running.add(feed)
         try:
-            yield feed
+            yield Served(feed, f"http://fake-{feed}/" if spec.network == "bridge" else None)
         finally:
             self.feeds_running.discard(feed)
 
-    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> contextlib.AbstractContextManager[str]:
+    def serve(self, spec: ServiceSpec, files: IO[bytes]) -> contextlib.AbstractContextManager[Served]:
         """Records the service and the names it would serve; a wheel-feed build asserts that it runs inside it."""
         return self._serve(spec, files)
 

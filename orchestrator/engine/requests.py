@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from orchestrator.errors import RegistryError
-from orchestrator.plan.specs import BuildNetwork
+from orchestrator.plan.specs import Builder, BuildNetwork
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,13 @@ class RegistryAuth:
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """One `docker build` of a context tar (its Dockerfile at the top), as the build stage decided it."""
+    """One `docker build` of a context (its Dockerfile at the top), as the build stage decided it.
 
-    context: IO[bytes]
+    Classic: `context` is the tar the engine receives. BuildKit: `remote` is the URL the engine fetches the
+    context tar from (orch's context server, engine.serve), and `context` is None.
+    """
+
+    context: IO[bytes] | None
     tag: str
     network: BuildNetwork
     #: The engine's build-label option (only what cannot be in the Dockerfile: the context digest).
@@ -58,6 +62,8 @@ class BuildRequest:
     feed: str | None = None
     #: Called with each line of the build's log as it comes.
     on_line: Callable[[str], None] | None = None
+    builder: Builder = "classic"
+    remote: str | None = None
 
 
 @dataclass(frozen=True)

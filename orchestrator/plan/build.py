@@ -2,6 +2,9 @@
 
 Pure: no Docker, no network, no clock. The renderer turns a plan into a Dockerfile; a unit test can
 check a whole plan from a dossier file.
+
+Why one module of 400+ lines: `BuildPlan`, the rules that choose its one-stage installs (feed, mounted wheels)
+and `BuildSteps` read each other's fields; the builder choice and BuildKit's context server are plan/builder.py.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from orchestrator.dossier.models import DeterminismSpec
 from orchestrator.model.build_record import CodeRef
 from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
+from orchestrator.plan.builder import context_server_spec
 from orchestrator.plan.run import inventory_spec
-from orchestrator.plan.specs import BuildNetwork, Network, RunSpec, ServiceSpec
+from orchestrator.plan.specs import Builder, BuildNetwork, Network, RunSpec, ServiceSpec
 from orchestrator.redact import redact
 from orchestrator.vendor import InstallerWheel, uv_wheel
 
@@ -135,6 +139,11 @@ class BuildPlan:
     #: True: one stage; the final stage installs the venv from orch's wheel feed (`FEED_URL`, see
     #: `wheel_feed_refusal`) instead of copying it from a builder stage. `orch build` only; never `orch render`.
     wheel_feed: bool = False
+    #: The builder the Dockerfile is written for (`choose_builder`).
+    builder: Builder = "classic"
+    #: True (BuildKit, the same plans as the feed): one stage; the install step bind-mounts the context's
+    #: lock, wheels and orch/ scripts for that step only (`RUN --mount=type=bind`), so none is in a layer.
+    mounted_wheels: bool = False
 
     @property
     def builder_labels(self) -> tuple[tuple[str, str], ...]:
@@ -361,6 +370,9 @@ class BuildSteps:
     inventory: RunSpec
     #: The wheel feed the build reads the lock and wheels from (network `wheel-feed`); None otherwise.
     feed: ServiceSpec | None = None
+    builder: Builder = "classic"
+    #: BuildKit: the container the engine fetches the whole context tar from; None for classic builds.
+    context_server: ServiceSpec | None = None
 
 
 def make_build_steps(
@@ -377,15 +389,21 @@ def make_build_steps(
     no_cache: bool = False,
     ca_bundle: Path | None = None,
     built_image: str = "<image built by this build>",
+    builder: Builder = "classic",
 ) -> BuildSteps:
     """The build, decided: every value comes in as an argument (the clock's `created`, the base's id)."""
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
     labels = build_labels(loaded, code, created=created, base_id=base_id, base_repo_digests=base_repo_digests)
     plan = with_stage_labels(with_labels(plan, labels), engine_labels or {})
     build_network: BuildNetwork = network or default_build_network(plan)
-    feed = None
+    feed = server = None
+    if builder == "buildkit":
+        # BuildKit fetches the whole context (wheels included) from the context server and mounts the
+        # wheels into the one install step: the feed's job, without a second container on the build's path.
+        plan = replace(plan, builder="buildkit", mounted_wheels=wheel_feed_refusal(plan) is None)
+        server = context_server_spec(plan.python_version, base_id)
     # An explicit --network is the user's choice of how the build reaches its wheels: no feed then.
-    if network is None and wheel_feed_refusal(plan) is None:
+    elif network is None and wheel_feed_refusal(plan) is None:
         plan = replace(plan, wheel_feed=True)
         build_network, feed = "wheel-feed", feed_spec(plan, base_id)
     return BuildSteps(
@@ -397,4 +415,6 @@ def make_build_steps(
         ca_bundle=ca_bundle,
         inventory=inventory_spec(built_image),
         feed=feed,
+        builder=builder,
+        context_server=server,
     )

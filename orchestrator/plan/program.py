@@ -28,10 +28,11 @@ from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.build_record import CodeRef
 from orchestrator.model.host import HostFacts
 from orchestrator.plan.build import BuildSteps, created_label, make_build_steps
+from orchestrator.plan.builder import choose_builder
 from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.gpu_select import GpuSelection
 from orchestrator.plan.run import GpuMapping, RunPlan, make_run_plan, plan_gpu_mapping
-from orchestrator.plan.specs import Network, RunSpec
+from orchestrator.plan.specs import Builder, Network, RunSpec
 
 #: Placeholders for values only a later step (or an engine) knows; `--dry-run` shows them as they are.
 BASE_ID = "<id of the base image (step base)>"
@@ -57,6 +58,8 @@ class BuildFacts:
     engine_labels: Mapping[str, str]
     #: The clock's reading, RFC 3339 (the `created` label of a new identity).
     now: str
+    #: The builders the engine offers, preferred first (EngineInfo.builders; a dry run assumes BuildKit).
+    builders: tuple[Builder, ...] = ("classic",)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class BuildOptionsPlan:
     network: Network | None = None
     no_cache: bool = False
     ca_bundle: Path | None = None
+    #: `--builder`: None lets the engine's capabilities decide (plan/build.py `choose_builder`).
+    builder: Builder | None = None
 
 
 # -- the steps ----------------------------------------------------------------------------------------------
@@ -216,6 +221,7 @@ def plan_build_steps(loaded: LoadedDossier, facts: BuildFacts, options: BuildOpt
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
         built_image=BUILT_IMAGE,
+        builder=choose_builder(options.builder, facts.builders),
     )
 
 

@@ -26,6 +26,13 @@ Network = Literal["none", "default", "host"]
 #: orch's wheel feed container (engine.serve), which has loopback only, so the install reads the locked
 #: wheels from the feed and nothing else is reachable.
 BuildNetwork = Literal["none", "default", "host", "wheel-feed"]
+#: What builds the image: BuildKit (the engine's `POST /build?version=2`, context fetched from orch's context
+#: server, wheels bind-mounted into the one install step) or the classic builder (docker-py's build, the
+#: context tar uploaded, wheels from the wheel feed). plan/build.py `choose_builder` picks one.
+Builder = Literal["buildkit", "classic"]
+#: A service's network: `none` (loopback only; the classic build joins its namespace) or `bridge` (the engine's
+#: default bridge: the engine itself fetches from it, as BuildKit fetches a remote context).
+ServiceNetwork = Literal["none", "bridge"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ class ServiceSpec:
     pids_limit: int = 64
     start_timeout_s: float = 30.0
     hardening: Hardening = HARDENED
+    network: ServiceNetwork = "none"
+    #: The port it listens on (`bridge`: the engine reaches it at the container's bridge address).
+    port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,15 @@ from __future__ import annotations
 import hashlib
 
 from orchestrator import __version__
-from orchestrator.plan.build import CUDA_WHEELS, EXT_OUT, EXT_SOURCES, FEED_FETCH, FEED_URL, BuildPlan
+from orchestrator.plan.build import (
+    CUDA_WHEELS,
+    EXT_OUT,
+    EXT_SOURCES,
+    FEED_FETCH,
+    FEED_URL,
+    BuildPlan,
+)
+from orchestrator.plan.builder import INSTALL_SCRIPT
 from orchestrator.resources import probe_source, render_template, templates_root
 
 
@@ -31,6 +39,7 @@ def render_dockerfile(plan: BuildPlan) -> str:
         cuda_wheels=CUDA_WHEELS,
         feed_url=FEED_URL,
         feed_fetch=FEED_FETCH,
+        install_script=INSTALL_SCRIPT,
         feed_fetch_sha256=hashlib.sha256(feed_fetch_source()).hexdigest() if plan.wheel_feed else "",
     )
     return text.rstrip("\n") + "\n"

@@ -9,6 +9,7 @@ A failed build step is a verdict (exit 1) with the step and the first error; no 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -36,7 +37,14 @@ from orchestrator.model.build_record import (
 )
 from orchestrator.model.checks import first_failure, mismatch
 from orchestrator.model.inventory import Inventory, diff_inventories
-from orchestrator.plan.build import CONTEXT_DIGEST_LABEL, FEED_FETCH, FEED_PATHS, LABEL_PREFIX, BuildSteps
+from orchestrator.plan.build import (
+    CONTEXT_DIGEST_LABEL,
+    FEED_FETCH,
+    FEED_PATHS,
+    LABEL_PREFIX,
+    BuildSteps,
+)
+from orchestrator.plan.builder import CONTEXT_SERVER_ROOT
 from orchestrator.plan.program import (
     BuildImage,
     EnsureBase,
@@ -46,7 +54,7 @@ from orchestrator.plan.program import (
     WriteBuildRecord,
 )
 from orchestrator.report.sbom import SBOM_FILE, sbom_json
-from orchestrator.stages.build_context import ContextTar, context_digest, context_tar
+from orchestrator.stages.build_context import ContextTar, context_digest, context_tar, served_context_tar
 from orchestrator.stages.code_source import CodeState
 from orchestrator.stages.context import write_context
 from orchestrator.stages.debhouse import DEBS_DIR
@@ -140,7 +148,9 @@ def do_build(step: BuildImage, run: Run) -> StepOutcome:
         )
     else:
         run.hooks.on_build_stage("build")
-        if steps.feed is None:
+        if steps.context_server is not None:
+            outcome = _buildkit_build(run.engine, steps, rendered.directory, digest, run.hooks.on_line)
+        elif steps.feed is None:
             outcome = _engine_build(run.engine, steps, context_tar(rendered.directory), digest, run.hooks.on_line, None)
         else:
             # The feed serves the lock and the wheels; the context the engine receives leaves the wheels out.
@@ -150,7 +160,7 @@ def do_build(step: BuildImage, run: Run) -> StepOutcome:
                     entry.name for entry in rendered.directory.iterdir() if entry.name not in ("wheels", FEED_FETCH)
                 ]
                 outcome = _engine_build(
-                    run.engine, steps, context_tar(rendered.directory, only=kept), digest, run.hooks.on_line, feed
+                    run.engine, steps, context_tar(rendered.directory, only=kept), digest, run.hooks.on_line, feed.id
                 )
     run.durations["build"] = time.monotonic() - mark
     run.outcome, run.reused = outcome, reused is not None
@@ -295,6 +305,30 @@ def _engine_build(
                 no_cache=steps.no_cache,
                 feed=feed,
                 on_line=on_line,
+            )
+        )
+
+
+def _buildkit_build(
+    engine: Engine, steps: BuildSteps, directory: Path, digest: str, on_line: Callable[[str], None] | None
+) -> BuildOutcome:
+    """BuildKit: the whole context served by orch's context server under a random path, fetched by the engine."""
+    assert steps.context_server is not None
+    # Only the engine is told the URL; another container on the bridge cannot guess the path (no listing).
+    member = f"{CONTEXT_SERVER_ROOT}/{secrets.token_hex(16)}/context.tar"
+    with served_context_tar(directory, member) as served, engine.serve(steps.context_server, served) as server:
+        assert server.url is not None
+        return engine.build(
+            BuildRequest(
+                context=None,
+                tag=steps.tag,
+                network=steps.network,
+                labels={CONTEXT_DIGEST_LABEL: digest},
+                dockerfile_labels={**dict(steps.plan.stage_labels), **dict(steps.plan.labels)},
+                no_cache=steps.no_cache,
+                on_line=on_line,
+                builder="buildkit",
+                remote=server.url + member.partition("/")[2],
             )
         )
 

@@ -124,3 +124,39 @@ def context_tar(directory: Path, *, only: Sequence[str] | None = None, prefix: s
                 tar.addfile(info)
     spool.seek(0)
     return ContextTar(file=spool, sha256=writer.digest.hexdigest())
+
+
+def served_context_tar(directory: Path, member: str) -> IO[bytes]:
+    """A tar holding one file, `member`: the normalised context tar of `directory` (BuildKit's remote context,
+    put into orch's context server with the archive API), and an empty `index.html` at the top so the server
+    lists no folder (the member's path holds a random token: only the engine, told the URL, fetches it).
+
+    Written in one pass into one temporary file: the member's header slot is reserved, the context tar is
+    written after it, then the header is filled in with the size now known (GNU format: base-256 sizes, so a
+    CUDA wheelhouse over 8 GiB fits one header block).
+    """
+    top, _, _ = member.partition("/")
+    spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - returned open
+    index = tarfile.TarInfo(f"{top}/index.html")
+    index.mtime, index.mode = FIXED_MTIME, 0o644
+    spool.write(index.tobuf(tarfile.GNU_FORMAT))
+    slot = spool.tell()
+    spool.write(bytes(tarfile.BLOCKSIZE))
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.copybufsize = 1 << 20  # type: ignore[attr-defined]  # tarfile's own knob, not in typeshed
+        for relative, path in _entries(directory):
+            info = _normalise(tar.gettarinfo(str(path), arcname=relative))
+            if info.isfile():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    # tarfile closed the inner archive (its end blocks and record padding) without closing `spool`.
+    size = spool.tell() - slot - tarfile.BLOCKSIZE
+    spool.write(bytes(tarfile.BLOCKSIZE * 2))
+    header = tarfile.TarInfo(member)
+    header.size, header.mtime, header.mode = size, FIXED_MTIME, 0o644
+    spool.seek(slot)
+    spool.write(header.tobuf(tarfile.GNU_FORMAT))
+    spool.seek(0)
+    return spool

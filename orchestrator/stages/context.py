@@ -22,6 +22,7 @@ from orchestrator.dossier.lock import Lock, LockedRequirement
 from orchestrator.engine import Engine
 from orchestrator.errors import BadInput
 from orchestrator.plan.build import EXT_OUT, FEED_FETCH, BuildPlan
+from orchestrator.plan.builder import INSTALL_HELPERS, INSTALL_SCRIPT
 from orchestrator.render.dockerfile import feed_fetch_source, render_dockerfile
 from orchestrator.resources import probe_source
 from orchestrator.stages.code_source import CodeState, copy_code, inspect_code
@@ -156,6 +157,11 @@ def write_context(
         if plan.wheel_feed:
             # Served by the feed with the lock and the wheels; the install step checks its sha256 first.
             (staging / FEED_FETCH).write_bytes(feed_fetch_source())
+        if plan.mounted_wheels:
+            # What BuildKit's install step runs, mounted for that step only (in the context: a reader sees them).
+            (staging / "orch").mkdir(exist_ok=True)
+            for script in (INSTALL_SCRIPT, *INSTALL_HELPERS):
+                (staging / "orch" / script).write_text(probe_source(script), encoding="utf-8")
         if plan.extensions is not None:
             # What the builder's extension step runs: the spec from the dossier and orch's build script.
             (staging / "orch").mkdir(exist_ok=True)

@@ -34,6 +34,7 @@ def observe_build(
         previous_labels=previous.labels if previous else None,
         engine_labels=dict(engine.settings.labels),
         now=now,
+        builders=engine.info().builders,
     )
     return facts, state, base, previous
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.dossier.lock import parse_lock
-from orchestrator.engine import BuildRequest, EngineSettings
+from orchestrator.engine import BuildRequest, EngineInfo, EngineSettings, Served
 from orchestrator.engine.build_log import build_failure, first_error, missing_pin
 from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.errors import BadInput, EnvironmentFailure, WheelhouseError
@@ -214,6 +214,9 @@ class _BuildEngine:
 
     settings = EngineSettings()
 
+    def info(self) -> EngineInfo:
+        return EngineInfo("fake://", "0", "0", "linux", ("runc",), ())
+
     def image(self, ref: str, *, layers: bool = False) -> Any:
         from orchestrator.engine import ImageInfo
 
@@ -225,8 +228,8 @@ class _BuildEngine:
         return self.outcome
 
     @contextlib.contextmanager
-    def serve(self, spec: Any, files: Any) -> Iterator[str]:
-        yield "feed"
+    def serve(self, spec: Any, files: Any) -> Iterator[Served]:
+        yield Served("feed")
 
 
 def _run_build(tiny_example: Path, monkeypatch: pytest.MonkeyPatch, engine: Any, tmp_path: Path) -> Any:

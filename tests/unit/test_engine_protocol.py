@@ -110,7 +110,7 @@ def test_the_adapter_applies_the_requests_hardening_and_limits() -> None:
     engine = DockerEngine(client, "unix:///fake.sock", labels={"team": "a"})  # type: ignore[arg-type]
     engine.run(RunSpec(image="img", command=["true"], mem_limit="2g", pids_limit=99))
     with engine.serve(ServiceSpec(image="base", command=("python3",)), io.BytesIO(b"")) as feed:
-        assert feed == "c0ffee"
+        assert feed.id == "c0ffee" and feed.url is None, "a loopback-only service has no bridge URL"
     looser = Hardening(cap_drop=(), no_new_privileges=False, read_only_root=True, no_swap=False)
     engine.run(RunSpec(image="img", command=["true"], hardening=looser))
     run, service, loose = client.containers.created

@@ -136,6 +136,7 @@ def test_a_build_that_passes_executes_the_plan_in_order(tiny: LoadedDossier, tmp
     assert engine.calls == [
         ("image", tiny.base_image.from_line),
         ("image", tag),
+        ("info",),  # the builders it offers (the fake: classic only)
         ("build", tag),
         ("image", tag),
         ("image", record.image.id, "layers"),
@@ -203,7 +204,7 @@ def test_a_pinned_base_image_of_another_id_stops_the_build(tiny: LoadedDossier, 
     with pytest.raises(EnvironmentFailure, match="the dossier pins"):
         run_build(pinned, engine, BuildOptions(out=tmp_path), clock=clock)
     # The observe phase read the base and the tag; step `base` refused the base: nothing is built on it.
-    assert [call[0] for call in engine.calls] == ["image", "image"], "nothing is built on the wrong base"
+    assert [call[0] for call in engine.calls] == ["image", "image", "info"], "nothing is built on the wrong base"
     steps = json.loads((tmp_path / "steps.json").read_text())
     assert [(s["name"], s["status"]) for s in steps["executed"][:2]] == [("base", "failed"), ("render", "skipped")]
 

@@ -1,0 +1,40 @@
+#!/bin/sh
+# orch's install step for BuildKit builds: creates /opt/venv and installs the lock into it, offline.
+#
+#   sh install-venv.sh PYTHON UV_WHEEL UV_BINARY
+#
+# Run by the one RUN step of templates/dockerfiles/base.Dockerfile.j2 (`plan.mounted_wheels`), which mounts
+# for that step only: this folder at /tmp/orch/bin, the context's wheels at /tmp/orch/wheels, its lock at
+# /tmp/orch/requirements.lock and a tmpfs at /tmp/orch/work; none of them reaches a layer. The commands are
+# the classic feed build's (same order, same options), so both builders give one environment digest.
+set -eu
+python=$1
+uv_wheel=$2
+uv_binary=$3
+bin=/tmp/orch/bin
+wheels=/tmp/orch/wheels
+work=/tmp/orch/work
+
+# uv, unpacked from its own hash-pinned wheel (collected with the locked ones) and never installed.
+"$python" -m venv --without-pip /opt/venv
+"$python" -m zipfile -e "$wheels/$uv_wheel" "$work/uv"
+chmod 0755 "$work/uv/$uv_binary"
+uv="$work/uv/$uv_binary"
+
+# The venv's seed: ensurepip's own wheels, installed by uv (venv_seed.py says why), else ensurepip itself.
+if "$python" "$bin/venv_seed.py" "$work/seed.txt" \
+  && "$uv" pip install --python /opt/venv/bin/python --no-cache --no-index --no-deps -r "$work/seed.txt"; then
+  :
+else
+  echo 'orch: seeding the venv from ensurepip instead'
+  /opt/venv/bin/python -m ensurepip --upgrade --default-pip
+fi
+
+# The lock, every wheel checked against its sha256, nothing from any index.
+"$uv" pip install --python /opt/venv/bin/python --no-cache --no-index \
+  --find-links "$wheels" --require-hashes -r /tmp/orch/requirements.lock
+
+# The bytecode, compiled once (the venv is read-only at run time), except under tests/ folders: the .pyc
+# files of the classic build's `compileall -j 0`, in half its time (compile_venv.py says why).
+site=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+/opt/venv/bin/python "$bin/compile_venv.py" "$site"
