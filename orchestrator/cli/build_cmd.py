@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, variant_option
+from orchestrator.cli.dossier_cmds import builder_option, dossier_argument, dry_run_option, variant_option
 
 
 @click.command()
@@ -29,6 +30,7 @@ from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, vari
     "host reaches indexes on the host's loopback).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@builder_option
 @click.option("--verbose", "-v", is_flag=True, help="Show every build log line, not only the steps.")
 @dry_run_option
 def build(
@@ -39,6 +41,7 @@ def build(
     ca_bundle: Path | None,
     network: str | None,
     no_cache: bool,
+    builder: str | None,
     verbose: bool,
     dry_run: bool,
 ) -> None:
@@ -49,6 +52,7 @@ def build(
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import VerdictFailed
+    from orchestrator.plan.builder import requested_builder
     from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
     from orchestrator.stages.execute import run_build
 
@@ -60,10 +64,9 @@ def build(
         ca_bundle=ca_bundle or ca_bundle_from_environment(),
         network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         no_cache=no_cache,
+        builder=requested_builder(builder, os.environ),
     )
     if dry_run:
-        import os
-
         from orchestrator.pipeline.dry_run import dry_run_build
 
         click.echo(dry_run_build(loaded, options, environ=os.environ), nl=False)

@@ -22,6 +22,13 @@ gpus_option = click.option(
     help="GPUs to map: all, a count N, device=0,2, a GPU- or MIG- UUID (default: the scheduler's allocation in "
     "SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, else all).",
 )
+builder_option = click.option(
+    "--builder",
+    type=click.Choice(["auto", "buildkit", "classic"]),
+    default=None,
+    help="What builds the image (default: ORCH_BUILDER, else auto: BuildKit where the engine offers it, which "
+    "any Linux Docker engine since 18.09 does, else the classic builder). Recorded in build.json.",
+)
 dry_run_option = click.option(
     "--dry-run",
     is_flag=True,

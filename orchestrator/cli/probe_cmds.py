@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, dry_run_option, gpus_option, variant_option
+from orchestrator.cli.dossier_cmds import (
+    builder_option,
+    dossier_argument,
+    dry_run_option,
+    gpus_option,
+    variant_option,
+)
 
 if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from rich.console import Console
@@ -122,12 +128,14 @@ def rebuild_and_report(
     network: str | None = None,
     gpus: str | None = None,
     handover: Path | None = None,
+    builder: str | None = None,
 ) -> Report:
     """`orch rebuild` on the console: one program on one engine connection (build, probe, report, and the
     hand-over when asked and the report passed); a failed verdict raised (exit 1)."""
     from orchestrator.cli.console import make_console
     from orchestrator.engine import connect
     from orchestrator.pipeline.rebuild import rebuild_run
+    from orchestrator.plan.builder import requested_builder
     from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
 
     options = BuildOptions(
@@ -135,6 +143,7 @@ def rebuild_and_report(
         ca_bundle=ca_bundle or ca_bundle_from_environment(),
         no_cache=no_cache,
         network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        builder=requested_builder(builder, os.environ),
     )
     console = make_console()
     with connect() as engine, _RebuildView(console, loaded.model.name, out) as view:
@@ -163,6 +172,7 @@ def rebuild_and_report(
     default=None,
     help="Network of the build, as for orch build.",
 )
+@builder_option
 @click.option(
     "--handover",
     "handover_dir",
@@ -179,6 +189,7 @@ def rebuild(
     ca_bundle: Path | None,
     no_cache: bool,
     network: str | None,
+    builder: str | None,
     handover_dir: Path | None,
     gpus: str | None,
     dry_run: bool,
@@ -189,6 +200,7 @@ def rebuild(
     loaded = load_dossier(dossier, variant=variant)
     if dry_run:
         from orchestrator.pipeline.dry_run import dry_run_rebuild
+        from orchestrator.plan.builder import requested_builder
         from orchestrator.stages.build import BuildOptions, ca_bundle_from_environment
 
         options = BuildOptions(
@@ -196,11 +208,19 @@ def rebuild(
             ca_bundle=ca_bundle or ca_bundle_from_environment(),
             no_cache=no_cache,
             network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            builder=requested_builder(builder, os.environ),
         )
         click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, gpus=gpus), nl=False)
         return
     rebuild_and_report(
-        loaded, out, ca_bundle=ca_bundle, no_cache=no_cache, network=network, gpus=gpus, handover=handover_dir
+        loaded,
+        out,
+        ca_bundle=ca_bundle,
+        no_cache=no_cache,
+        network=network,
+        gpus=gpus,
+        handover=handover_dir,
+        builder=builder,
     )
 
 

@@ -65,6 +65,11 @@ class ContextRef(Frozen):
         default=None, description="What installed the lock in the builder: uv or pip (absent in older records)."
     )
     network: str
+    builder: Literal["buildkit", "classic"] = Field(
+        default="classic",
+        description="What built the image: BuildKit (the engine's /build?version=2, the context fetched from "
+        "orch's context server) or the classic builder (classic in records older than this field).",
+    )
     ca_bundle: bool
     wheels: list[WheelRef]
     debs: list[DebRef] = Field(

@@ -40,6 +40,8 @@ def dry_build_facts(loaded: LoadedDossier, code: CodeRef, engine_labels: Mapping
         previous_labels=None,
         engine_labels=dict(engine_labels),
         now=CREATED,
+        # No engine is asked: planned as on an engine that offers BuildKit (any Linux Docker since 18.09).
+        builders=("buildkit", "classic"),
     )
 
 
@@ -114,6 +116,7 @@ def _options(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str,
         network=options.network,
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
+        builder=options.builder,
     )
 
 

@@ -10,7 +10,8 @@ Pure: the engine's offer (`EngineInfo.builders`) comes in as a value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from orchestrator.errors import BadInput
 from orchestrator.model.platform import LABEL_PREFIX
@@ -48,3 +49,17 @@ def choose_builder(requested: Builder | None, offered: Sequence[Builder]) -> Bui
             hint="Leave --builder out (orch picks what the engine offers), or use another engine.",
         )
     return requested
+
+
+#: Where a default builder can be set for every command (the CLI's `--builder` wins).
+BUILDER_VAR = "ORCH_BUILDER"
+
+
+def requested_builder(option: str | None, environ: Mapping[str, str]) -> Builder | None:
+    """`--builder`, else ORCH_BUILDER, else None (the engine decides); `auto` is None too."""
+    value = option or environ.get(BUILDER_VAR) or "auto"
+    if value == "auto":
+        return None
+    if value not in ("buildkit", "classic"):
+        raise BadInput(f"{BUILDER_VAR}={value!r} is not a builder", hint="Use buildkit, classic or auto.")
+    return cast(Builder, value)

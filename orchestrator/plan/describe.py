@@ -138,7 +138,33 @@ def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, 
             *_labels("wheel feed label", {**dict(steps.feed.labels), MANAGED[0]: MANAGED[1]}),
             ("wheel feed security", steps.feed.hardening.words()),
         ]
+    server = steps.context_server
+    if server is not None:
+        feed = [
+            (
+                "context server",
+                f"a container of {loaded.base_image.from_line} started first, removed after the build; it holds the "
+                f"context tar at {server.command[-1]}/<random token>/context.tar (copied in with the archive API) "
+                "and an empty index.html (no listing)",
+            ),
+            ("context server command", " ".join(server.command)),
+            ("context server network", f"the engine's bridge, port {server.port}: the engine fetches the URL"),
+            (
+                "context server limits",
+                f"memory {server.mem_limit}, pids {server.pids_limit}, user {server.user}, ready when its output "
+                f"shows {server.ready_line!r} within {server.start_timeout_s:g}s",
+            ),
+            *_labels("context server label", {**dict(server.labels), MANAGED[0]: MANAGED[1]}),
+            ("context server security", server.hardening.words()),
+        ]
+    how = (
+        "BuildKit: POST /build?version=2 with remote=<the context server's URL> (the engine offers it; --builder "
+        "classic to upload the context instead)"
+        if steps.builder == "buildkit"
+        else "classic: POST /build with the context tar uploaded (--builder, or an engine without BuildKit)"
+    )
     return (
+        ("builder", how),
         (
             "context",
             f"{steps.context_dir}{' without wheels/' if steps.feed else ''} as a normalised tar "

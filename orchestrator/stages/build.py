@@ -19,7 +19,16 @@ from orchestrator import __version__
 from orchestrator.checks.image import image_checks
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.engine import BuildOutcome, BuildRequest, Engine, ImageInfo, Network, PullRequest, image_layers
+from orchestrator.engine import (
+    Builder,
+    BuildOutcome,
+    BuildRequest,
+    Engine,
+    ImageInfo,
+    Network,
+    PullRequest,
+    image_layers,
+)
 from orchestrator.engine.build_log import build_failure, cache_stats, missing_pin, pin_not_found
 from orchestrator.errors import BadInput, EnvironmentFailure, ImageNotBuilt
 from orchestrator.fsutil import atomic_write_text
@@ -71,6 +80,8 @@ class BuildOptions:
     network: Network | None = None  # None: "none" for wheelhouse builds, "default" for online ones
     no_cache: bool = False
     wheel_cache: Path | None = None
+    #: `--builder` (or ORCH_BUILDER); None: the engine's preferred one (plan/builder.py `choose_builder`).
+    builder: Builder | None = None
 
 
 def ensure_base(engine: Engine, loaded: LoadedDossier, observed: ImageInfo | None = None) -> ImageInfo:
@@ -246,6 +257,7 @@ def do_write_build_record(step: WriteBuildRecord, run: Run) -> StepOutcome:
             install_mode=plan.install_mode,
             installer=plan.installer,
             network=build.network,
+            builder=build.builder,
             ca_bundle=plan.ca_bundle,
             wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in run.rendered.wheels],
             debs=[

@@ -118,6 +118,7 @@ def plan_options(loaded: LoadedDossier, options: BuildOptions, engine: Engine) -
         network=options.network,
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
+        builder=options.builder,
     )
 
 

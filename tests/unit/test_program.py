@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.engine import Connection, ImageInfo
+from orchestrator.engine import Builder, Connection, ImageInfo
 from orchestrator.engine.fake import FakeEngine, ScriptedBuild, ScriptedRun
 from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.pipeline.dry_run import dry_run_build, dry_run_rebuild
@@ -159,19 +159,22 @@ def test_a_second_build_of_the_same_context_reuses_the_image_and_says_so(tmp_pat
 def test_the_wheel_feed_branch_is_a_field_of_the_build_step_not_another_sequence(tmp_path: Path) -> None:
     """A wheelhouse dossier builds through the feed; its step list is the online one, the feed in its details.
     (test_wheel_feed.py runs the feed branch on an engine and compares its `steps.json` with this list.)"""
-    feed = step_names_of(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path, online=False)
+    feed = step_names_of(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path, online=False, builder="classic")
     online = step_names_of(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path / "o", online=True)
-    assert feed[0] == online[0]
-    assert "wheel feed:" in feed[1] and "wheel feed:" not in online[1]
+    buildkit = step_names_of(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path / "b", online=False)
+    assert feed[0] == online[0] == buildkit[0], "the builder and the feed are fields of step build, not a sequence"
+    assert "wheel feed:" in feed[1] and "wheel feed:" not in online[1] and "wheel feed:" not in buildkit[1]
+    assert "context server:" in buildkit[1] and "builder: BuildKit" in buildkit[1]
+    assert "builder: classic" in feed[1] and "context server:" not in feed[1]
 
 
-def step_names_of(path: Path, tmp_path: Path, *, online: bool) -> tuple[list[str], str]:
+def step_names_of(path: Path, tmp_path: Path, *, online: bool, builder: Builder | None = None) -> tuple[list[str], str]:
     folder = tmp_path / "copy"
     shutil.copytree(path.parent, folder)
     copy = folder / path.name
     if online:
         copy.write_text(copy.read_text().replace("install: wheelhouse", "install: online"))
-    text = dry_run_build(load_dossier(copy), BuildOptions(out=tmp_path / "out"), environ={})
+    text = dry_run_build(load_dossier(copy), BuildOptions(out=tmp_path / "out", builder=builder), environ={})
     return step_names(text), text
 
 

@@ -175,6 +175,7 @@ def test_run_build_serves_the_wheels_from_the_feed_and_sends_a_context_without_t
 
     monkeypatch.setattr("orchestrator.stages.code_source._work_tree", lambda folder: None)
     executed = json.loads((tmp_path / "out" / "steps.json").read_text())["executed"]
-    planned = dry_run_build(loaded, build_module.BuildOptions(out=tmp_path / "out"), environ={})
+    # The fake engine offers the classic builder only; the dry run, asking no engine, is told the same.
+    planned = dry_run_build(loaded, build_module.BuildOptions(out=tmp_path / "out", builder="classic"), environ={})
     assert "wheel feed:" in planned
     assert [step["name"] for step in executed] == step_names(planned)
