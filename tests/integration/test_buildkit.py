@@ -1,0 +1,110 @@
+"""BuildKit builds through the engine API, on the real engine: one environment with the classic builder, the
+first error of a failed step, the context server gone afterwards, no wheel and no install script in any layer.
+
+Cost: one classic cold build of tiny-embeddings (about a minute) and one small failing BuildKit build; the
+BuildKit side is the session's warm tiny-embeddings build (`_warm_tiny_layers`, the engine's default builder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.dossier.load import load_dossier
+from orchestrator.engine import BuildRequest, Engine
+from orchestrator.engine.build_log import build_failure
+from orchestrator.model.build_record import BuildRecord
+from orchestrator.plan.builder import CONTEXT_SERVER_ROOT, context_server_spec
+from orchestrator.stages.base_image import BaseOutcome
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.build_context import served_context_tar
+from orchestrator.stages.execute import run_build
+from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
+from tests.paths import EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def classic(engine: Engine, tmp_path_factory: pytest.TempPathFactory, _warm_tiny_layers: BuildRecord) -> BuildRecord:
+    out = tmp_path_factory.mktemp("classic") / "out"
+    loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+    options = BuildOptions(out=out, no_cache=True, tag=f"{SESSION_TAG_NAMESPACE}/classic:1", builder="classic")
+    record = run_build(loaded, engine, options)
+    assert record.status == "passed", record.failure
+    return record
+
+
+def test_the_engine_offers_buildkit_and_the_default_build_used_it(
+    engine: Engine, _warm_tiny_layers: BuildRecord, warm_tiny_out: Path
+) -> None:
+    assert engine.info().builders[0] == "buildkit", "a Linux Docker engine with API >= 1.39 offers BuildKit"
+    assert _warm_tiny_layers.context.builder == "buildkit" and _warm_tiny_layers.context.network == "none"
+    dockerfile = (warm_tiny_out / "context" / "Dockerfile").read_text()
+    assert "RUN --mount=type=bind,source=orch,target=/tmp/orch/bin" in dockerfile
+    assert "sh /tmp/orch/bin/install-venv.sh python3.11 uv-" in dockerfile
+
+
+def test_a_classic_and_a_buildkit_build_give_one_environment_digest(
+    classic: BuildRecord, _warm_tiny_layers: BuildRecord
+) -> None:
+    warm = _warm_tiny_layers
+    assert classic.context.builder == "classic" and classic.context.network == "wheel-feed"
+    assert classic.image is not None and warm.image is not None and classic.image.id != warm.image.id
+    assert classic.inventory is not None and warm.inventory is not None
+    ours, theirs = classic.inventory.environment, warm.inventory.environment
+    assert ours is not None and theirs is not None
+    assert ours.files == theirs.files and ours.files > 20_000
+    assert ours.digest == theirs.digest, "the classic feed build and the BuildKit build installed other bytes"
+
+
+def test_no_wheel_lock_or_install_script_reaches_a_buildkit_layer(
+    docker_client: docker.DockerClient, _warm_tiny_layers: BuildRecord
+) -> None:
+    assert _warm_tiny_layers.image is not None
+    listed = docker_client.containers.run(
+        _warm_tiny_layers.image.id,
+        [
+            "sh",
+            "-c",
+            "find /tmp /opt -name '*.whl' -o -name 'requirements.lock' -o -name 'install-venv.sh' -o -name uv",
+        ],
+        network_mode="none",
+        labels={SESSION_FILTER.split("=")[0]: SESSION_FILTER.split("=")[1]},
+        remove=True,
+    )
+    assert listed.decode().split() == [], "a file of the install step is in the image"
+
+
+def test_a_failed_buildkit_step_names_itself_and_its_first_error_and_the_server_goes(
+    engine: Engine, base_image: BaseOutcome, tmp_path: Path
+) -> None:
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {base_image.image_id}\n"
+        "RUN echo installing && echo 'ERROR: No matching distribution found for torch==9.9' >&2 && exit 3\n"
+    )
+    before = session_containers()
+    spec = context_server_spec("3.11", base_image.image_id)
+    member = f"{CONTEXT_SERVER_ROOT}/0123456789abcdef/context.tar"
+    lines: list[str] = []
+    with served_context_tar(context, member) as served, engine.serve(spec, served) as server:
+        assert server.url is not None and server.url.startswith("http://")
+        outcome = engine.build(
+            BuildRequest(
+                context=None,
+                tag=f"{SESSION_TAG_NAMESPACE}/failing:1",
+                network="none",
+                no_cache=True,
+                on_line=lines.append,
+                builder="buildkit",
+                remote=server.url + member.partition("/")[2],
+            )
+        )
+    assert outcome.image_id is None and outcome.error is not None and "exit code: 3" in outcome.error
+    failure = build_failure(outcome.log, outcome.error)
+    assert failure.step is not None and failure.step.startswith("RUN echo installing")
+    assert failure.first_error == "ERROR: No matching distribution found for torch==9.9"
+    assert "installing" in lines, "the step's output came live, line by line"
+    assert session_containers() == before, "the context server is removed with the build"
