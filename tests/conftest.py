@@ -89,3 +89,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+_CACHE_BEFORE: dict[str, set[str]] = {}
+
+
+def _runs_integration(config: pytest.Config) -> bool:
+    integration = (config.rootpath / "tests" / "integration").resolve()
+    for arg in config.args or [str(config.rootpath)]:
+        path = (config.rootpath / arg.split("::")[0]).resolve()
+        if path == integration or integration.is_relative_to(path) or path.is_relative_to(integration):
+            return True
+    return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The controlling process notes the engine's build-cache records before any worker builds."""
+    if hasattr(session.config, "workerinput") or not _runs_integration(session.config):
+        return
+    try:
+        import docker
+
+        from tests.integration.housekeeping import build_cache_ids
+
+        client = docker.from_env()
+        _CACHE_BEFORE["ids"] = build_cache_ids(client)
+        client.close()
+    except Exception:  # no engine: the integration tests say so themselves (they fail under CI=true)
+        return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Once every worker is done: the BuildKit cache records the run made go (housekeeping.prune_build_cache)."""
+    before = _CACHE_BEFORE.pop("ids", None)
+    if before is None or hasattr(session.config, "workerinput"):
+        return
+    import docker
+
+    from tests.integration.housekeeping import prune_build_cache
+
+    client = docker.from_env()
+    try:
+        prune_build_cache(client, keep=before)
+    finally:
+        client.close()

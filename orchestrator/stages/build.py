@@ -188,8 +188,10 @@ def do_build(step: BuildImage, run: Run) -> StepOutcome:
         )
     run.image, run.image_ref = built, steps.tag
     dockerfile = (rendered.directory / "Dockerfile").read_text(encoding="utf-8")
-    # The engine appends the build-label option as the final stage's last instruction.
-    dockerfile += f"LABEL {CONTEXT_DIGEST_LABEL}={digest}\n"
+    if steps.builder == "classic":
+        # The classic builder appends the build-label option as the final stage's last instruction (BuildKit
+        # sets it in the image's config, with no history entry).
+        dockerfile += f"LABEL {CONTEXT_DIGEST_LABEL}={digest}\n"
     run.layers = map_layers(image_layers(run.engine, built.id), len(image_layers(run.engine, run.base.id)), dockerfile)
     return StepOutcome("reused", "the tag's image has this identity and context digest") if reused else DONE
 

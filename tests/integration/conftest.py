@@ -23,10 +23,13 @@ from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_image
 from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.execute import run_build
+from tests.conftest import NIGHTLY
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
 from tests.integration.housekeeping import (
     SETTLE_S,
+    build_cache_ids,
+    prune_build_cache,
     remove_session_containers,
     remove_session_images,
     session_images,
@@ -185,10 +188,16 @@ def _warm_tiny_layers(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _module_images_removed(docker_client: docker.DockerClient) -> Iterator[None]:
+def _module_images_removed(docker_client: docker.DockerClient, request: pytest.FixtureRequest) -> Iterator[None]:
     before = session_images(docker_client)
+    # The nightly files run beside the others, in a session of their own: only the main session prunes the
+    # build cache, so no record a running test of the other is about to reuse goes under it.
+    nightly = request.node.nodeid.startswith(NIGHTLY)
+    cache_before = set() if nightly else build_cache_ids(docker_client)
     yield
     _removable_made_since(docker_client, before)
+    if not nightly:
+        prune_build_cache(docker_client, keep=cache_before)
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,10 @@ def cold_wheelhouse_build(
     engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[BuildRecord, Path]:
     out = tmp_path_factory.mktemp("wheelhouse-build")
-    record = run_build(load_dossier(TINY / "dossier.yaml"), engine, BuildOptions(out=out, no_cache=True))
+    # The classic builder and its wheel feed (the fallback where an engine lacks BuildKit): test_buildkit.py has
+    # the default builder's.
+    options = BuildOptions(out=out, no_cache=True, builder="classic")
+    record = run_build(load_dossier(TINY / "dossier.yaml"), engine, options)
     return record, out
 
 
@@ -112,10 +115,13 @@ def test_code_change_rebuilds_only_the_code_layers(
     embed.write_text(embed.read_text().replace('"embedded": len(ids)', '"embedded": len(ids), "edited": True'))
     record = run_build(load_dossier(tiny_example / "dossier.yaml"), engine, BuildOptions(out=tmp_path / "out"))
     assert record.status == "passed", record.failure
+    # BuildKit (the engine's default) counts the steps that make a layer (ENV, LABEL and USER only change the
+    # config): the user's and the venv's came from the cache of the session's warm build.
+    assert record.context.builder == "buildkit"
     rebuilt = record.cache.rebuilt
     assert rebuilt[0] == "COPY app /opt/app", rebuilt
-    assert not any("pip install" in step or step.startswith(("COPY wheels", "COPY --from")) for step in rebuilt)
-    assert record.cache.cached >= 5, "the stage label, the user, the venv and the ENV layers came from the cache"
+    assert not any("install-venv.sh" in step or step.startswith(("COPY wheels", "COPY --from")) for step in rebuilt)
+    assert record.cache.cached >= 2, "the user and the venv layers came from the cache"
 
 
 def test_online_build_through_the_proxy_gives_the_same_environment(

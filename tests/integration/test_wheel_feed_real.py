@@ -69,10 +69,10 @@ def test_a_step_in_the_feeds_namespace_reads_the_feed_and_reaches_nothing_else(
     image = engine.image(base_image.ref)
     assert image is not None
     with engine.serve(_spec(image.id), _served()) as feed:
-        assert feed in _feed_containers(), "the feed runs, labelled for its session"
+        assert feed.id in _feed_containers(), "the feed runs, labelled for its session"
         tar = context_tar(tmp_path)
         with tar.file:
-            outcome = engine.build(BuildRequest(tar.file, tag, network="wheel-feed", feed=feed, no_cache=True))
+            outcome = engine.build(BuildRequest(tar.file, tag, network="wheel-feed", feed=feed.id, no_cache=True))
     try:
         assert outcome.image_id is not None, outcome.log[-2000:]
         assert "Using cache" not in outcome.log, "every asserting step ran, none came from the cache"
