@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO, Any
 
 from orchestrator import __version__
 from orchestrator.checks.image import image_checks
@@ -300,6 +301,23 @@ def do_write_build_record(step: WriteBuildRecord, run: Run) -> StepOutcome:
     return DONE if record.status == "passed" else StepOutcome("done", "a failed build's record")
 
 
+def _request(
+    steps: BuildSteps, digest: str, on_line: Callable[[str], None] | None, context: IO[bytes] | None, **how: Any
+) -> BuildRequest:
+    """The build request of `steps`; `how` is the builder's part (the feed's id, or BuildKit's remote URL)."""
+    return BuildRequest(
+        context=context,
+        tag=steps.tag,
+        network=steps.network,
+        labels={CONTEXT_DIGEST_LABEL: digest},
+        dockerfile_labels={**dict(steps.plan.stage_labels), **dict(steps.plan.labels)},
+        no_cache=steps.no_cache,
+        on_line=on_line,
+        builder=steps.builder,
+        **how,
+    )
+
+
 def _engine_build(
     engine: Engine,
     steps: BuildSteps,
@@ -309,18 +327,7 @@ def _engine_build(
     feed: str | None,
 ) -> BuildOutcome:
     with tar.file:
-        return engine.build(
-            BuildRequest(
-                context=tar.file,
-                tag=steps.tag,
-                network=steps.network,
-                labels={CONTEXT_DIGEST_LABEL: digest},
-                dockerfile_labels={**dict(steps.plan.stage_labels), **dict(steps.plan.labels)},
-                no_cache=steps.no_cache,
-                feed=feed,
-                on_line=on_line,
-            )
-        )
+        return engine.build(_request(steps, digest, on_line, tar.file, feed=feed))
 
 
 def _buildkit_build(
@@ -332,19 +339,7 @@ def _buildkit_build(
     member = f"{CONTEXT_SERVER_ROOT}/{secrets.token_hex(16)}/context.tar"
     with served_context_tar(directory, member) as served, engine.serve(steps.context_server, served) as server:
         assert server.url is not None
-        return engine.build(
-            BuildRequest(
-                context=None,
-                tag=steps.tag,
-                network=steps.network,
-                labels={CONTEXT_DIGEST_LABEL: digest},
-                dockerfile_labels={**dict(steps.plan.stage_labels), **dict(steps.plan.labels)},
-                no_cache=steps.no_cache,
-                on_line=on_line,
-                builder="buildkit",
-                remote=server.url + member.partition("/")[2],
-            )
-        )
+        return engine.build(_request(steps, digest, on_line, None, remote=server.url + member.partition("/")[2]))
 
 
 def reusable_image(previous: ImageInfo | None, identity: str, digest: str) -> ImageInfo | None:

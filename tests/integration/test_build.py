@@ -96,7 +96,10 @@ def test_warm_rebuild_reuses_the_image_and_says_so(
 ) -> None:
     first, out = cold_wheelhouse_build
     assert first.image is not None
-    result = orch("build", str(TINY / "dossier.yaml"), "--out", str(out), "--tag", first.image.tag)
+    # The same builder as the first build: another builder renders another context (BuildKit's has orch/'s
+    # install scripts, the classic one the feed's copier), so it would build, not reuse.
+    tag = first.image.tag
+    result = orch("build", str(TINY / "dossier.yaml"), "--out", str(out), "--tag", tag, "--builder", "classic")
     assert result.returncode == 0, result.stderr
     said = " ".join((result.stdout + result.stderr).split())  # the console wraps long lines
     assert "reused the image already built from the same dossier identity and context digest" in said

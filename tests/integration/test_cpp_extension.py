@@ -172,17 +172,21 @@ def test_a_toolchain_change_rebuilds_from_the_toolchain_step_and_is_read_from_th
     shutil.copytree(EXAMPLE, example)
     dossier = example / "dossier.yaml"
     dossier.write_text(dossier.read_text().replace('gcc: "12"', 'gcc: "11"'))
-    # The classic builder: its steps are numbered once, in order (BuildKit numbers each stage's own steps and
-    # runs the two stages side by side), which is what this reading of the log's step headers needs.
-    result = orch("build", str(dossier), "--out", str(tmp_path / "out"), "--builder", "classic")
+    result = orch("build", str(dossier), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     log = (tmp_path / "out" / "build.log").read_text()
-    steps = re.split(r"(?m)^Step (\d+)/\d+ : ", log)[1:]
-    cached = {int(number): "Using cache" in body for number, body in zip(steps[::2], steps[1::2], strict=True)}
-    # The toolchain step copies the collected .deb files (g++-11's now): a changed context from here on.
-    toolchain = next(int(n) for n, body in zip(steps[::2], steps[1::2], strict=True) if "toolchain-debs" in body)
-    assert all(cached[n] for n in cached if n < toolchain and n > 2), cached
-    assert not cached[toolchain]
+    # Each step by its instruction (BuildKit numbers each stage's steps on their own and may run the two
+    # stages side by side, so a step's number is not its place): was it taken from the cache?
+    cached: dict[str, bool] = {}
+    for block in re.split(r"(?m)^Step \d+/\d+ : ", log)[1:]:
+        instruction, _, body = block.partition("\n")
+        cached[instruction] = cached.get(instruction, False) or body.lstrip().startswith("---> Using cache")
+    # The toolchain step copies the collected .deb files (g++-11's now): a changed context from here on; the
+    # venv installed above it in the builder stage comes from the cache.
+    toolchain = [step for step in cached if "toolchain-debs" in step]
+    venv = [step for step in cached if step.startswith("RUN") and "requirements.lock" in step]
+    assert toolchain and not any(cached[step] for step in toolchain), cached
+    assert venv and all(cached[step] for step in venv), cached
     inventory = _read_build(tmp_path / "out").inventory
     assert inventory is not None and inventory.extensions is not None
     (artefact,) = inventory.extensions.artefacts
