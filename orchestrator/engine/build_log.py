@@ -40,15 +40,23 @@ _REMOVED_IMAGE = re.compile(r"No such image: sha256:[0-9a-f]{12,}|unknown parent
 
 
 def cache_stats(log: str) -> CacheStats:
-    """Every non-FROM step is either cached (`---> Using cache`) or rebuilt; FROM steps only select a base."""
-    steps: list[tuple[str, bool]] = []
+    """Every non-FROM step is either cached (`---> Using cache`) or rebuilt; FROM steps only select a base.
+
+    A step is its header (`Step N/M : instruction`): BuildKit's log (engine/buildkit_trace.py) repeats a
+    header when the output of two stages' steps interleaves, and a repeated header is the same step.
+    """
+    steps: dict[str, tuple[str, bool]] = {}
+    last: str | None = None
     for line in log.splitlines():
         match = STEP_LINE.match(line)
         if match:
-            steps.append((match.group("instruction"), False))
-        elif line.strip() == "---> Using cache" and steps:
-            steps[-1] = (steps[-1][0], True)
-    buildable = [(instruction, cached) for instruction, cached in steps if not instruction.upper().startswith("FROM ")]
+            last = line
+            steps.setdefault(line, (match.group("instruction"), False))
+        elif line.strip() == "---> Using cache" and last is not None:
+            steps[last] = (steps[last][0], True)
+    buildable = [
+        (instruction, cached) for instruction, cached in steps.values() if not instruction.upper().startswith("FROM ")
+    ]
     return CacheStats(
         steps=len(buildable),
         cached=sum(1 for _, cached in buildable if cached),

@@ -36,6 +36,20 @@ def test_cache_stats_ignore_from_and_list_rebuilt_steps() -> None:
     assert stats.rebuilt == ["COPY app /opt/app", "LABEL a=b"]
 
 
+def test_a_header_buildkit_repeats_for_interleaved_stages_is_one_step() -> None:
+    """Two stages' steps running side by side: BuildKit's log names a step again when its output resumes."""
+    log = (
+        "Step 1/2 : FROM base\n"
+        "Step 2/3 : RUN build-ext\ncompiling\n"
+        "Step 2/2 : RUN useradd orch\n---> Using cache\n"
+        "Step 2/3 : RUN build-ext\nlinking\n"
+        "Step 3/3 : COPY --from=builder /opt/ext /opt/ext\n"
+    )
+    stats = cache_stats(log)
+    assert stats.steps == 3 and stats.cached == 1
+    assert stats.rebuilt == ["RUN build-ext", "COPY --from=builder /opt/ext /opt/ext"]
+
+
 def _tree(root: Path, mode: int, mtime: int) -> Path:
     (root / "app" / "pkg").mkdir(parents=True)
     (root / "Dockerfile").write_text("FROM scratch\n")
