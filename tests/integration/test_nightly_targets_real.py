@@ -13,6 +13,7 @@ cold cell of the timeout test carries its own cell label and is swept by it; the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -163,11 +164,26 @@ def test_a_stopped_daemon_is_an_environment_failure(tmp_path: Path, engine: Engi
 def test_a_hanging_cell_times_out_and_its_containers_are_removed(
     second_daemon: DockerTargetSpec, tmp_path: Path
 ) -> None:
-    """A cold rebuild stopped at the cell's timeout in the middle of its build: nothing of it keeps running."""
+    """A cold rebuild stopped at the cell's timeout: nothing of it keeps running.
+
+    The copy's app sleeps before it reads anything, so the cell hangs for sure, on any machine: the timeout
+    falls in its cold build where that build is slow (the classic builder took 2-4.5 min here), or in its
+    sample where the build is fast (BuildKit builds tiny in about 15 s). Both must leave nothing behind.
+    """
     cell_id = f"hang-{SESSION_ID}@second"
+    example = tmp_path / "tiny-embeddings"
+    shutil.copytree(TINY.parent, example)
+    app = example / "app" / "embed.py"
+    app.write_text(app.read_text().replace("import zlib\n", "import zlib\nimport time\n\ntime.sleep(3600)\n", 1))
+    assert "time.sleep(3600)" in app.read_text()
     target = DockerTarget(second_daemon, grace_s=10)
     request = CellRequest(
-        cell_id=cell_id, dossier=TINY, out=tmp_path / "cell", cache="cold", timeout_s=25, tag_namespace=WARM_NAMESPACE
+        cell_id=cell_id,
+        dossier=example / "dossier.yaml",
+        out=tmp_path / "cell",
+        cache="cold",
+        timeout_s=25,
+        tag_namespace=WARM_NAMESPACE,
     )
     outcome = target.run_cell(request)
     assert outcome.status == "timeout"
