@@ -9,6 +9,9 @@ For each example (default: tiny-embeddings and minilm-embeddings):
    wheel cache, context digest, reuse of the image or build, inventory, build.json), alternately; medians
    and the ratio. Target <= 1.1x (issue 15).
 3. `orch build` after a code-only change; with --cold, one `orch build --no-cache` too.
+With --code-only N instead: N code-only rebuilds (one line appended to app/embed.py before each round) by
+each builder, `--builder classic` and `--builder buildkit` alternately, each in its own --out and tag;
+medians, the ratio BuildKit / classic, and each side's build and inventory seconds from build.json.
 Prints the ratios; record them in docs/benchmarks.md.
 """
 
@@ -69,16 +72,53 @@ def bench(example_name: str, work: Path, runs: int, cold: bool) -> None:
         print(f"  orch build --no-cache                   {timed([*orch, '--no-cache'], env=ENV):6.2f} s", flush=True)
 
 
+def code_only(example_name: str, work: Path, runs: int) -> None:
+    example = work / f"code-only-{example_name}"
+    shutil.copytree(REPO / "examples" / example_name, example)
+    dossier = str(example / "dossier.yaml")
+
+    def command(builder: str) -> list[str]:
+        out = work / f"code-only-{example_name}-{builder}"
+        tag = f"orch-bench/{SESSION}:{example_name}-{builder}"
+        return [*ORCH, "build", dossier, "--out", str(out), "--tag", tag, "--builder", builder]
+
+    builders = ("classic", "buildkit")
+    for builder in builders:
+        timed(command(builder), env=ENV)  # warm: the layers, the wheels image, orch's context
+    times: dict[str, list[float]] = {builder: [] for builder in builders}
+    parts: dict[str, list[str]] = {builder: [] for builder in builders}
+    embed = example / "app" / "embed.py"
+    for round_ in range(runs):
+        embed.write_text(embed.read_text() + f"\n# a code-only change, round {round_}\n")
+        for builder in builders:
+            times[builder].append(timed(command(builder), env=ENV))
+            durations = json.loads((work / f"code-only-{example_name}-{builder}" / "build.json").read_text())
+            seconds = durations["durations_s"]
+            parts[builder].append(f"build {seconds.get('build', 0):.1f} + inventory {seconds.get('inventory', 0):.1f}")
+    print(f"{example_name}: code-only rebuild ({runs} rounds, median):")
+    for builder in builders:
+        print(
+            f"  orch build --builder {builder:9} {statistics.median(times[builder]):6.2f} s   runs "
+            f"{' '.join(f'{t:.2f}' for t in times[builder])}   ({'; '.join(parts[builder])})"
+        )
+    ratio = statistics.median(times["buildkit"]) / statistics.median(times["classic"])
+    print(f"  ratio buildkit / classic {ratio:4.2f}x  (target <= 1.0x: no slower than the classic builder)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--example", action="append", help="Example folder name (repeatable).")
     parser.add_argument("--cold", action="store_true", help="Also time one orch build --no-cache.")
+    parser.add_argument("--code-only", type=int, default=0, metavar="N", help="Only N code-only rounds per builder.")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orch-bench-"))
     try:
         for name in args.example or ["tiny-embeddings", "minilm-embeddings"]:
-            bench(name, work, args.runs, args.cold)
+            if args.code_only:
+                code_only(name, work, args.code_only)
+            else:
+                bench(name, work, args.runs, args.cold)
     finally:
         ids = subprocess.run(
             ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={SESSION}"],
@@ -90,6 +130,7 @@ def main() -> None:
             f"orch-bench/{SESSION}:{name}"
             for name in [*(args.example or []), "tiny-embeddings", "minilm-embeddings", "plain"]
         ]
+        tags += [f"orch-bench/{SESSION}:{name}-{b}" for name in args.example or [] for b in ("classic", "buildkit")]
         subprocess.run(["docker", "rmi", "-f", *tags, *sorted(set(ids))], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
 

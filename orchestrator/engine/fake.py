@@ -48,6 +48,8 @@ from orchestrator.engine import (
 )
 from orchestrator.errors import BaseImageMissing, ImageNotBuilt, RegistryError
 from orchestrator.plan.specs import BuildNetwork, RunSpec, ServiceSpec
+from orchestrator.plan.wheels_image import ROLE as WHEELS_ROLE
+from orchestrator.plan.wheels_image import ROLE_LABEL as WHEELS_ROLE_LABEL
 
 PROBE_LABEL = "io.orch.probe"
 
@@ -154,6 +156,8 @@ class FakeEngine:
         self.feeds_running: set[str] = set()
         #: The context tars the context servers held, by their path under the server's root.
         self.served: dict[str, bytes] = {}
+        #: The names in each wheels image's context (plan/wheels_image.py), apart from `contexts`.
+        self.wheels_contexts: list[list[str]] = []
         self.closed = False
 
     # -- scripting helpers ---------------------------------------------------------------------------
@@ -232,7 +236,13 @@ class FakeEngine:
             assert request.context is not None
             context = request.context
         with tarfile.open(fileobj=context, mode="r") as tar:
-            self.contexts.append(sorted(tar.getnames()))
+            names = sorted(tar.getnames())
+        if request.labels.get(WHEELS_ROLE_LABEL) == WHEELS_ROLE:
+            # BuildKit's wheels image (FROM scratch, one COPY) is not scripted: it is made, as a real engine would.
+            self.wheels_contexts.append(names)
+            image = self._make_image(dict(request.labels), {}, [request.tag], 1 << 20)
+            return BuildOutcome(image.id, "#1 [1/1] COPY wheels /wheels\n")
+        self.contexts.append(names)
         script = self._builds.pop(0) if len(self._builds) > 1 else self._builds[0]
         self.builds.append((request.tag, request.network, dict(request.labels)))
         for line in script.log.splitlines():

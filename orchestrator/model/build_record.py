@@ -72,6 +72,11 @@ class ContextRef(Frozen):
     )
     ca_bundle: bool
     wheels: list[WheelRef]
+    wheels_image: str | None = Field(
+        default=None,
+        description="BuildKit: the image the install step mounted the wheels from, as `tag@id` "
+        "(plan/wheels_image.py); absent when the wheels came in the context or from the wheel feed.",
+    )
     debs: list[DebRef] = Field(
         default_factory=list,
         description="The toolchain's .deb files the build installed from the context (wheelhouse mode with "

@@ -117,6 +117,7 @@ def _options(loaded: LoadedDossier, options: BuildOptions, environ: Mapping[str,
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
         builder=options.builder,
+        tag_namespace=_tag_namespace(environ),
     )
 
 

@@ -25,6 +25,7 @@ from orchestrator.plan import specs
 from orchestrator.plan.builder import context_server_spec
 from orchestrator.plan.run import inventory_spec
 from orchestrator.plan.specs import Builder, BuildNetwork, Network, RunSpec, ServiceSpec
+from orchestrator.plan.wheels_image import WheelsImageSpec, wheels_image_spec
 from orchestrator.redact import redact
 from orchestrator.vendor import InstallerWheel, uv_wheel
 
@@ -144,6 +145,9 @@ class BuildPlan:
     #: True (BuildKit, the same plans as the feed): one stage; the install step bind-mounts the context's
     #: lock, wheels and orch/ scripts for that step only (`RUN --mount=type=bind`), so none is in a layer.
     mounted_wheels: bool = False
+    #: With `mounted_wheels` in `orch build`: the image the install step mounts the wheels from
+    #: (plan/wheels_image.py), so the context the engine fetches leaves wheels/ out. Empty: from the context.
+    wheels_image: str = ""
 
     @property
     def builder_labels(self) -> tuple[tuple[str, str], ...]:
@@ -371,8 +375,10 @@ class BuildSteps:
     #: The wheel feed the build reads the lock and wheels from (network `wheel-feed`); None otherwise.
     feed: ServiceSpec | None = None
     builder: Builder = "classic"
-    #: BuildKit: the container the engine fetches the whole context tar from; None for classic builds.
+    #: BuildKit: the container the engine fetches the context tar from; None for classic builds.
     context_server: ServiceSpec | None = None
+    #: BuildKit with mounted wheels: the wheels image (step `wheels` makes it or finds it); None otherwise.
+    wheels: WheelsImageSpec | None = None
 
 
 def make_build_steps(
@@ -390,18 +396,30 @@ def make_build_steps(
     ca_bundle: Path | None = None,
     built_image: str = "<image built by this build>",
     builder: Builder = "classic",
+    tag_namespace: str = "orch",
 ) -> BuildSteps:
     """The build, decided: every value comes in as an argument (the clock's `created`, the base's id)."""
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
     labels = build_labels(loaded, code, created=created, base_id=base_id, base_repo_digests=base_repo_digests)
     plan = with_stage_labels(with_labels(plan, labels), engine_labels or {})
     build_network: BuildNetwork = network or default_build_network(plan)
-    feed = server = None
+    feed = server = wheels = None
     if builder == "buildkit":
-        # BuildKit fetches the whole context (wheels included) from the context server and mounts the
-        # wheels into the one install step: the feed's job, without a second container on the build's path.
+        # BuildKit fetches the context from the context server and mounts the wheels into the one install
+        # step from an image of their own: the feed's job, without a second container on the build's path.
         plan = replace(plan, builder="buildkit", mounted_wheels=wheel_feed_refusal(plan) is None)
         server = context_server_spec(plan.python_version, base_id)
+        if plan.mounted_wheels and plan.uv is not None:
+            wheels = wheels_image_spec(
+                tag_namespace,
+                lock_sha256=plan.lock_sha256,
+                uv_wheel=plan.uv.file_name,
+                uv_sha256=plan.uv.sha256,
+                python_version=plan.python_version,
+                platform=plan.platform,
+                stage_labels=dict(plan.stage_labels),
+            )
+            plan = replace(plan, wheels_image=wheels.tag)
     # An explicit --network is the user's choice of how the build reaches its wheels: no feed then.
     elif network is None and wheel_feed_refusal(plan) is None:
         plan = replace(plan, wheel_feed=True)
@@ -417,4 +435,5 @@ def make_build_steps(
         feed=feed,
         builder=builder,
         context_server=server,
+        wheels=wheels,
     )

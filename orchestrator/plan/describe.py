@@ -18,6 +18,7 @@ from orchestrator.plan.program import (
     BuildImage,
     DeviceStage,
     EnsureBase,
+    EnsureWheels,
     HandOver,
     HostStage,
     ImageChecks,
@@ -32,6 +33,7 @@ from orchestrator.plan.program import (
 )
 from orchestrator.plan.run import PROBE_LABEL
 from orchestrator.plan.specs import RunSpec
+from orchestrator.plan.wheels_image import DOCKERFILE, WHEELS_DIGEST_LABEL, WHY_NONE
 
 MANAGED = ("io.orch.managed", "true")
 
@@ -120,6 +122,26 @@ def _render_details(loaded: LoadedDossier, steps: BuildSteps) -> tuple[tuple[str
     return tuple(context)
 
 
+def _wheels_details(steps: BuildSteps) -> tuple[tuple[str, str], ...]:
+    spec = steps.wheels
+    assert spec is not None
+    return (
+        ("skipped", "when step build reuses the tag's image (no engine build reads the wheels)"),
+        (
+            "reused",
+            f"when the image {spec.tag} has {WHEELS_DIGEST_LABEL}=<sha256 of the collected wheels' names and "
+            "sha256> (also with --no-cache: an input named by its content, like the base)",
+        ),
+        (
+            "else built",
+            f"BuildKit, network none, from the context server (below): {DOCKERFILE.strip().replace(chr(10), '; ')} "
+            "with the context's wheels/",
+        ),
+        ("trust", "none: install-venv.sh checks uv's wheel's sha256, uv checks every locked wheel's hash"),
+        *_labels("label", {**dict(spec.labels), WHEELS_DIGEST_LABEL: "<sha256 of the collected wheels>"}),
+    )
+
+
 def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, str], ...]:
     steps = step.build
     plan = steps.plan
@@ -167,7 +189,7 @@ def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, 
         ("builder", how),
         (
             "context",
-            f"{steps.context_dir}{' without wheels/' if steps.feed else ''} as a normalised tar "
+            f"{steps.context_dir}{' without wheels/' if steps.feed or steps.wheels else ''} as a normalised tar "
             "(fixed owner and mtime)",
         ),
         ("network", steps.network + (" (the feed's namespace: loopback only)" if steps.feed else "")),
@@ -190,6 +212,10 @@ def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]
             return PlannedCall(step.name, f"base image {step.ref} (the engine's, else pulled{pinned})")
         case RenderContext():
             return PlannedCall(step.name, "render the build context", _render_details(loaded, step.build), False)
+        case EnsureWheels():
+            if step.build.wheels is None:
+                return PlannedCall(step.name, f"skipped: {WHY_NONE}", (), False)
+            return PlannedCall(step.name, f"wheels image {step.build.wheels.tag}", _wheels_details(step.build))
         case BuildImage():
             reuse = (
                 " (not run when the image the tag names now has this identity and context digest: it is reused)"

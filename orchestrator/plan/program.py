@@ -88,6 +88,8 @@ class BuildOptionsPlan:
     ca_bundle: Path | None = None
     #: `--builder`: None lets the engine's capabilities decide (plan/build.py `choose_builder`).
     builder: Builder | None = None
+    #: The engine's tag namespace (ORCH_TAG_NAMESPACE): the wheels image's tag is under it too.
+    tag_namespace: str = "orch"
 
 
 # -- the steps ----------------------------------------------------------------------------------------------
@@ -114,6 +116,16 @@ class EnsureBase(Step):
 class RenderContext(Step):
     name: ClassVar[str] = "render"
     engine: ClassVar[bool] = False
+    build: BuildSteps
+
+
+@dataclass(frozen=True)
+class EnsureWheels(Step):
+    """BuildKit's wheels image (plan/wheels_image.py): the tagged one when it holds the wheels the render step
+    collected (its digest label says so), else built from them, `FROM scratch`, through the context server.
+    In every build program; `build.wheels` None (the classic builder, an online install) skips it."""
+
+    name: ClassVar[str] = "wheels"
     build: BuildSteps
 
 
@@ -222,6 +234,7 @@ def plan_build_steps(loaded: LoadedDossier, facts: BuildFacts, options: BuildOpt
         ca_bundle=options.ca_bundle,
         built_image=BUILT_IMAGE,
         builder=choose_builder(options.builder, facts.builders),
+        tag_namespace=options.tag_namespace,
     )
 
 
@@ -233,6 +246,7 @@ def build_program(loaded: LoadedDossier, facts: BuildFacts, options: BuildOption
             ref=loaded.base_image.from_line, pinned_id=loaded.base_image.image_id, present=facts.base_id is not None
         ),
         RenderContext(build=build),
+        EnsureWheels(build=build),
         BuildImage(build=build, reuse_if_same_context=not build.no_cache),
         InventoryProbe(spec=build.inventory),
         ImageChecks(reference_inventory=loaded.model.python.reference_inventory),

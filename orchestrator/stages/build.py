@@ -9,7 +9,6 @@ A failed build step is a verdict (exit 1) with the step and the first error; no 
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -54,7 +53,6 @@ from orchestrator.plan.build import (
     LABEL_PREFIX,
     BuildSteps,
 )
-from orchestrator.plan.builder import CONTEXT_SERVER_ROOT
 from orchestrator.plan.program import (
     BuildImage,
     EnsureBase,
@@ -64,7 +62,7 @@ from orchestrator.plan.program import (
     WriteBuildRecord,
 )
 from orchestrator.report.sbom import SBOM_FILE, sbom_json
-from orchestrator.stages.build_context import ContextTar, context_digest, context_tar, served_context_tar
+from orchestrator.stages.build_context import ContextTar, context_digest, context_tar, served_build_context
 from orchestrator.stages.code_source import CodeState
 from orchestrator.stages.context import write_context
 from orchestrator.stages.debhouse import DEBS_DIR
@@ -263,6 +261,7 @@ def do_write_build_record(step: WriteBuildRecord, run: Run) -> StepOutcome:
             builder=build.builder,
             ca_bundle=plan.ca_bundle,
             wheels=[WheelRef(file=w.file_name, sha256=w.sha256) for w in run.rendered.wheels],
+            wheels_image=f"{plan.wheels_image}@{run.wheels_image.id}" if run.wheels_image is not None else None,
             debs=[
                 DebRef(file=d.file_name, package=d.package, version=d.version, sha256=d.sha256)
                 for d in run.rendered.debs
@@ -333,13 +332,14 @@ def _engine_build(
 def _buildkit_build(
     engine: Engine, steps: BuildSteps, directory: Path, digest: str, on_line: Callable[[str], None] | None
 ) -> BuildOutcome:
-    """BuildKit: the whole context served by orch's context server under a random path, fetched by the engine."""
+    """BuildKit: the context served by orch's context server under a random path, fetched by the engine;
+    without wheels/ when the install step mounts them from the wheels image (plan/wheels_image.py)."""
     assert steps.context_server is not None
-    # Only the engine is told the URL; another container on the bridge cannot guess the path (no listing).
-    member = f"{CONTEXT_SERVER_ROOT}/{secrets.token_hex(16)}/context.tar"
-    with served_context_tar(directory, member) as served, engine.serve(steps.context_server, served) as server:
-        assert server.url is not None
-        return engine.build(_request(steps, digest, on_line, None, remote=server.url + member.partition("/")[2]))
+    only = None
+    if steps.wheels is not None:
+        only = [entry.name for entry in directory.iterdir() if entry.name != "wheels"]
+    with served_build_context(engine, steps.context_server, directory, only=only) as url:
+        return engine.build(_request(steps, digest, on_line, None, remote=url))
 
 
 def reusable_image(previous: ImageInfo | None, identity: str, digest: str) -> ImageInfo | None:

@@ -9,9 +9,11 @@ multi-gigabyte CUDA wheelhouse does not need gigabytes of RAM.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
+import secrets
 import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from orchestrator.engine import Engine, ServiceSpec
+from orchestrator.plan.builder import CONTEXT_SERVER_ROOT
 from orchestrator.stages.context import MARKER
 
 MEMORY_LIMIT = 256 * 1024 * 1024
@@ -126,10 +130,14 @@ def context_tar(directory: Path, *, only: Sequence[str] | None = None, prefix: s
     return ContextTar(file=spool, sha256=writer.digest.hexdigest())
 
 
-def served_context_tar(directory: Path, member: str) -> IO[bytes]:
+def served_context_tar(
+    directory: Path, member: str, *, only: Sequence[str] | None = None, files: Mapping[str, bytes] | None = None
+) -> IO[bytes]:
     """A tar holding one file, `member`: the normalised context tar of `directory` (BuildKit's remote context,
     put into orch's context server with the archive API), and an empty `index.html` at the top so the server
     lists no folder (the member's path holds a random token: only the engine, told the URL, fetches it).
+    `only` keeps the named top-level entries of `directory` (the build's context leaves wheels/ out: they
+    are mounted from the wheels image); `files` come first, at the top (the wheels image's Dockerfile).
 
     Written in one pass into one temporary file: the member's header slot is reserved, the context tar is
     written after it, then the header is filled in with the size now known (GNU format: base-256 sizes, so a
@@ -144,7 +152,11 @@ def served_context_tar(directory: Path, member: str) -> IO[bytes]:
     spool.write(bytes(tarfile.BLOCKSIZE))
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.copybufsize = 1 << 20  # type: ignore[attr-defined]  # tarfile's own knob, not in typeshed
-        for relative, path in _entries(directory):
+        for name, data in sorted((files or {}).items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), FIXED_MTIME, 0o644
+            tar.addfile(info, io.BytesIO(data))
+        for relative, path in _entries(directory, only):
             info = _normalise(tar.gettarinfo(str(path), arcname=relative))
             if info.isfile():
                 with path.open("rb") as handle:
@@ -160,3 +172,21 @@ def served_context_tar(directory: Path, member: str) -> IO[bytes]:
     spool.write(header.tobuf(tarfile.GNU_FORMAT))
     spool.seek(0)
     return spool
+
+
+@contextlib.contextmanager
+def served_build_context(
+    engine: Engine,
+    server: ServiceSpec,
+    directory: Path,
+    *,
+    only: Sequence[str] | None = None,
+    files: Mapping[str, bytes] | None = None,
+) -> Iterator[str]:
+    """The URL the engine fetches the context tar from, while orch's context server serves it."""
+    # Only the engine is told the URL; another container on the bridge cannot guess the path (no listing).
+    member = f"{CONTEXT_SERVER_ROOT}/{secrets.token_hex(16)}/context.tar"
+    tar = served_context_tar(directory, member, only=only, files=files)
+    with tar as served, engine.serve(server, served) as running:
+        assert running.url is not None
+        yield running.url + member.partition("/")[2]

@@ -25,6 +25,7 @@ from orchestrator.plan.program import (
     BuildOptionsPlan,
     DeviceStage,
     EnsureBase,
+    EnsureWheels,
     HandOver,
     HostStage,
     ImageChecks,
@@ -47,6 +48,7 @@ from orchestrator.stages.handover import do_handover
 from orchestrator.stages.observe import observe_build, observe_probe, with_base
 from orchestrator.stages.probe import ProbeOptions, assemble_report, variant_notes
 from orchestrator.stages.state import Clock, Hooks, Run, StepOutcome, utc_now
+from orchestrator.stages.wheels_image import do_wheels
 from orchestrator.timestamps import rfc3339
 
 Handler = Callable[[Any, Run], StepOutcome]
@@ -55,6 +57,7 @@ Handler = Callable[[Any, Run], StepOutcome]
 HANDLERS: Mapping[type[Step], Handler] = {
     EnsureBase: build_steps.do_ensure_base,
     RenderContext: build_steps.do_render,
+    EnsureWheels: do_wheels,
     BuildImage: build_steps.do_build,
     InventoryProbe: build_steps.do_inventory,
     ImageChecks: build_steps.do_image_checks,
@@ -119,6 +122,7 @@ def plan_options(loaded: LoadedDossier, options: BuildOptions, engine: Engine) -
         no_cache=options.no_cache,
         ca_bundle=options.ca_bundle,
         builder=options.builder,
+        tag_namespace=engine.settings.tag_namespace,
     )
 
 

@@ -74,6 +74,8 @@ class Run:
     base: ImageInfo | None = None
     previous: ImageInfo | None = None
     rendered: RenderedContext | None = None
+    #: BuildKit's wheels image (step `wheels`), found or built; None when the build mounts no wheels image.
+    wheels_image: ImageInfo | None = None
     digest: str | None = None
     outcome: BuildOutcome | None = None
     reused: bool = False

@@ -50,7 +50,7 @@ def test_the_same_command_without_dry_run_needs_the_engine(tmp_path: Path) -> No
 def test_rebuild_dry_run_names_the_built_image_as_a_placeholder(tmp_path: Path) -> None:
     result = _orch("rebuild", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"), "--out", str(tmp_path), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "\n3. [engine] build: build image orch/tiny-embeddings:" in result.stdout
+    assert "\n4. [engine] build: build image orch/tiny-embeddings:" in result.stdout
     assert "image: <image built by step build>" in result.stdout
     assert "command: python -I -c <probes/device.py>" in result.stdout
 

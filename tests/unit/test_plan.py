@@ -187,7 +187,7 @@ def test_the_described_plan_names_the_build_step_the_probe_runs_in() -> None:
     options = BuildOptionsPlan(out=Path("/o"), tag=default_tag(loaded))
     text = rebuild_text(loaded, options, _code(), host, {}, aliases={Path("/o"): "<out>"})
     names = step_names(text)
-    assert names[: names.index("build") + 1] == ["base", "render", "build"]
+    assert names[: names.index("build") + 1] == ["base", "render", "wheels", "build"]
     # The containers after the build run the image step `build` makes: the placeholder names that step.
     assert BUILT_IMAGE == "<image built by step build>"
     assert f"image: {BUILT_IMAGE}" in text and "/o/" not in text

@@ -37,7 +37,7 @@ CPU_HOST = HostFacts(
     kernel="6.1.0", nvidia=None, amd=None, docker=DockerGpuFacts(runtimes=["runc"], nvidia_runtime=False)
 )
 DOSSIERS = sorted(EXAMPLES.glob("*/dossier*.yaml"))
-BUILD_STEPS = ["base", "render", "build", "inventory", "image-checks", "build-record"]
+BUILD_STEPS = ["base", "render", "wheels", "build", "inventory", "image-checks", "build-record"]
 PROBE_STEPS = ["image", "host", "device", "sample"]
 
 
@@ -114,7 +114,9 @@ def test_a_passed_rebuild_runs_every_step_and_hands_over(tmp_path: Path) -> None
         loaded, engine, BuildOptions(out=out), clock=clock, host_facts=lambda: CPU_HOST, handover=handover
     )
     assert result.run.report is not None and result.run.report.verdict == "passed"
-    assert {status for _, status in _executed(out)} == {"done"}
+    # An online install mounts no wheels image: that step alone is skipped, and says why.
+    assert {status for name, status in _executed(out) if name != "wheels"} == {"done"}
+    assert dict(_executed(out))["wheels"] == "skipped"
     assert (handover / "SHA256SUMS").is_file() and result.run.manifest is not None
 
 
@@ -130,6 +132,7 @@ def test_a_failed_build_records_every_later_step_as_skipped(tmp_path: Path) -> N
     assert dict(executed) == {
         "base": "done",
         "render": "done",
+        "wheels": "skipped",
         "build": "failed",
         "inventory": "skipped",
         "image-checks": "skipped",
@@ -166,6 +169,8 @@ def test_the_wheel_feed_branch_is_a_field_of_the_build_step_not_another_sequence
     assert "wheel feed:" in feed[1] and "wheel feed:" not in online[1] and "wheel feed:" not in buildkit[1]
     assert "context server:" in buildkit[1] and "builder: BuildKit" in buildkit[1]
     assert "builder: classic" in feed[1] and "context server:" not in feed[1]
+    assert "[engine] wheels: wheels image orch/wheels:" in buildkit[1]
+    assert "wheels: skipped: no wheels image" in feed[1] and "wheels: skipped: no wheels image" in online[1]
 
 
 def step_names_of(path: Path, tmp_path: Path, *, online: bool, builder: Builder | None = None) -> tuple[list[str], str]:
