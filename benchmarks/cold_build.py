@@ -13,7 +13,8 @@
    client; no buildx needed).
 2. Times `docker build --no-cache --network none` of both baselines and `orch build --no-cache` of the
    dossier (end to end, inventory included), in turn, `--runs` times each; prints each run, the medians and
-   the ratios (targets: <= 1.0x the best-practice side, image <= 1.0x its size).
+   the ratios (targets: <= 1.0x the best-practice side, image <= 1.0x its size). Each orch run says whether it
+   made BuildKit's wheels image (the first build of a wheel set on this engine) or found it.
 Every image and layer it makes carries a label of this run and is removed at the end.
 """
 
@@ -148,9 +149,12 @@ def main() -> None:
             plain_times.append(timed(plain, env={**env, "DOCKER_BUILDKIT": "0"}))
             best_times.append(timed(bk, env={**env, "DOCKER_BUILDKIT": "1"}))
             orch_times.append(timed(orch, env=env))
+            # Whether this run made BuildKit's wheels image (the first build of a wheel set) or found it.
+            steps = json.loads((work / "out" / "steps.json").read_text())["executed"]
+            wheels = next((step["status"] for step in steps if step["name"] == "wheels"), "none")
             print(
                 f"run {run + 1}: hand-written {plain_times[-1]:6.1f} s   best-practice BuildKit {best_times[-1]:6.1f} s"
-                f"   orch {orch_times[-1]:6.1f} s",
+                f"   orch {orch_times[-1]:6.1f} s (wheels image: {'made' if wheels == 'done' else wheels})",
                 flush=True,
             )
         record = json.loads((work / "out" / "build.json").read_text())

@@ -19,7 +19,7 @@ work=/tmp/orch/work
 
 # uv, unpacked from its own hash-pinned wheel (collected with the locked ones) and never installed; its
 # sha256 checked first, as uv checks the locked wheels', so no wheel but the one orch pinned runs here.
-"$python" -c 'import hashlib, sys; data = open(sys.argv[1], "rb").read(); sys.exit(0 if hashlib.sha256(data).hexdigest() == sys.argv[2] else "orch: sha256 differs for " + sys.argv[1] + " (expected " + sys.argv[2] + ")")' \
+"$python" -c 'import hashlib, sys; data = open(sys.argv[1], "rb").read(); sys.exit(0 if hashlib.sha256(data).hexdigest() == sys.argv[2] else "error: sha256 differs for " + sys.argv[1] + " (expected " + sys.argv[2] + "): not the uv wheel orch pinned")' \
   "$wheels/$uv_wheel" "$uv_sha256"
 "$python" -m venv --without-pip /opt/venv
 "$python" -m zipfile -e "$wheels/$uv_wheel" "$work/uv"

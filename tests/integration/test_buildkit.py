@@ -1,5 +1,6 @@
 """BuildKit builds through the engine API, on the real engine: one environment with the classic builder, the
-first error of a failed step, the context server gone afterwards, no wheel and no install script in any layer.
+first error of a failed step, the context server gone afterwards, no wheel and no install script in any layer,
+the wheels mounted from the wheels image, and a forged wheels image stopped by the install step.
 
 Cost: one classic cold build of tiny-embeddings (about a minute) and one small failing BuildKit build; the
 BuildKit side is the session's warm tiny-embeddings build (`_warm_tiny_layers`, the engine's default builder).
@@ -7,6 +8,9 @@ BuildKit side is the session's warm tiny-embeddings build (`_warm_tiny_layers`, 
 
 from __future__ import annotations
 
+import json
+import tarfile
+import tempfile
 from pathlib import Path
 
 import docker
@@ -15,8 +19,10 @@ import pytest
 from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import BuildRequest, Engine
 from orchestrator.engine.build_log import build_failure
+from orchestrator.engine.docker_engine import DockerEngine
 from orchestrator.model.build_record import BuildRecord
 from orchestrator.plan.builder import CONTEXT_SERVER_ROOT, context_server_spec
+from orchestrator.plan.wheels_image import DOCKERFILE, WHEELS_DIGEST_LABEL, wheels_digest
 from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.build_context import served_context_tar
@@ -106,3 +112,74 @@ def test_a_failed_buildkit_step_names_itself_and_its_first_error_and_the_server_
     assert failure.first_error == "ERROR: No matching distribution found for torch==9.9"
     assert "installing" in lines, "the step's output came live, line by line"
     assert session_containers() == before, "the context server is removed with the build"
+
+
+def test_the_wheels_came_from_the_wheels_image_which_holds_exactly_the_collected_wheels(
+    docker_client: docker.DockerClient, _warm_tiny_layers: BuildRecord, warm_tiny_out: Path
+) -> None:
+    warm = _warm_tiny_layers
+    assert warm.context.wheels_image is not None
+    tag, _, image_id = warm.context.wheels_image.partition("@")
+    assert tag.startswith(f"{SESSION_TAG_NAMESPACE}/wheels:")
+    image = docker_client.images.get(tag)
+    assert image.id == image_id
+    assert image.labels[WHEELS_DIGEST_LABEL] == wheels_digest((w.file, w.sha256) for w in warm.context.wheels)
+    assert image.labels["io.orch.role"] == "wheels" and SESSION_FILTER.partition("=")[2] in image.labels.values()
+    # One layer, FROM scratch: the wheels under /wheels, nothing else (the export's tar, read by name only).
+    names = _layer_names(docker_client, tag)
+    assert names == {"wheels", *(f"wheels/{w.file}" for w in warm.context.wheels)}
+    dockerfile = (warm_tiny_out / "context" / "Dockerfile").read_text()
+    assert f"--mount=type=bind,from={tag},source=/wheels,target=/tmp/orch/wheels" in dockerfile
+
+
+def _layer_names(client: docker.DockerClient, tag: str) -> set[str]:
+    """The paths in the image's layers (`docker save`, streamed; each layer tar read for its names)."""
+    with tempfile.TemporaryFile() as saved:
+        for chunk in client.images.get(tag).save(named=False):
+            saved.write(chunk)
+        saved.seek(0)
+        names: set[str] = set()
+        with tarfile.open(fileobj=saved) as outer:
+            for member in outer.getmembers():
+                if member.name.endswith("layer.tar") and (layer := outer.extractfile(member)) is not None:
+                    with tarfile.open(fileobj=layer) as inner:
+                        names |= {name.rstrip("/") for name in inner.getnames()}
+        return names
+
+
+def test_a_forged_wheels_image_fails_the_install_step_by_name_and_makes_no_image(
+    engine: Engine, docker_client: docker.DockerClient, _warm_tiny_layers: BuildRecord, tmp_path: Path
+) -> None:
+    """Another image under the wheels tag, with the very digest label orch looks for (whoever may tag images on
+    a shared engine can make one): orch takes it (a tag is only a name), and the install step refuses its uv
+    wheel before running anything of it. A namespace of its own, so the session's wheels image stays."""
+    warm = _warm_tiny_layers
+    assert warm.context.wheels_image is not None
+    key = warm.context.wheels_image.partition("@")[0].rpartition(":")[2]
+    namespace = f"{SESSION_TAG_NAMESPACE}-forged"
+    forged = tmp_path / "forged"
+    (forged / "wheels").mkdir(parents=True)
+    for wheel in warm.context.wheels:
+        (forged / "wheels" / wheel.file).write_bytes(b"not the pinned wheel\n")
+    (forged / "Dockerfile").write_text(DOCKERFILE)
+    session_key, _, session_value = SESSION_FILTER.partition("=")
+    labels = {
+        session_key: session_value,
+        WHEELS_DIGEST_LABEL: wheels_digest((w.file, w.sha256) for w in warm.context.wheels),
+    }
+    docker_client.images.build(path=str(forged), tag=f"{namespace}/wheels:{key}", labels=labels, rm=True)
+
+    other = DockerEngine(docker.from_env(), "the forged namespace", engine.settings.labels, namespace)
+    try:
+        loaded = load_dossier(EXAMPLES / "tiny-embeddings" / "dossier.yaml")
+        record = run_build(loaded, other, BuildOptions(out=tmp_path / "out", no_cache=True))
+        built = other.image(f"{namespace}/tiny-embeddings:{loaded.short_identity}")
+    finally:
+        other.close()
+    executed = json.loads((tmp_path / "out" / "steps.json").read_text())["executed"]
+    assert {step["name"]: step["status"] for step in executed}["wheels"] == "reused"
+    assert record.status == "failed" and record.failure is not None and record.image is None
+    assert record.failure.step is not None and record.failure.step.startswith("RUN --mount=type=bind,source=orch")
+    uv = next(w for w in warm.context.wheels if w.file.startswith("uv-"))
+    assert record.failure.first_error.startswith(f"error: sha256 differs for /tmp/orch/wheels/{uv.file} (expected")
+    assert built is None
