@@ -34,7 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+sys.path.insert(0, str(REPO))
+
+import docker  # noqa: E402
 from timing import timed  # noqa: E402 - the benchmarks folder is not a package
+
+from orchestrator.model.platform import LABEL_PREFIX  # noqa: E402
+from tests.integration.housekeeping import prune_build_cache  # noqa: E402 - the suite's own pruner
 
 ORCH = [sys.executable, "-m", "orchestrator"]
 SESSION = f"bench-cold-{os.getpid()}"
@@ -103,6 +109,26 @@ def image_size(tag: str) -> int:
     return int(out.stdout.strip())
 
 
+def between_runs(client: docker.DockerClient, tags: list[str], cache_before: set[str]) -> None:
+    """Not timed: the last run's images and build-cache records go, so that a CUDA lock's runs (about 11 GB
+    each) fit the disk. Kept: BuildKit's copy of the best-practice side's context (`source.local`: its
+    client sends only what changed, as a user's second build would) and orch's wheels image (an image
+    orch keeps by design), so every run after the first sees the same engine state."""
+    subprocess.run(["docker", "rmi", "-f", *tags], capture_output=True, check=False)
+    ids = subprocess.run(
+        ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={SESSION}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    wheels = {image.id for image in client.images.list(filters={"label": f"{LABEL_PREFIX}.role=wheels"}) if image.id}
+    if gone := sorted(set(ids) - {short for short in ids if any(short in w for w in wheels)}):
+        subprocess.run(["docker", "rmi", "-f", *gone], capture_output=True, check=False)
+    records = client.api.df().get("BuildCache") or []
+    local = {str(r["ID"]) for r in records if r.get("Type") == "source.local"}
+    prune_build_cache(client, keep=cache_before | local)  # only what this benchmark made
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dossier", default="examples/minilm-embeddings/dossier.yaml")
@@ -145,7 +171,11 @@ def main() -> None:
         plain_times: list[float] = []
         best_times: list[float] = []
         orch_times: list[float] = []
+        client = docker.from_env()
+        cache_before = {str(r["ID"]) for r in client.api.df().get("BuildCache") or []}
         for run in range(args.runs):
+            if run:
+                between_runs(client, [plain_tag, best_tag, orch_tag], cache_before)
             plain_times.append(timed(plain, env={**env, "DOCKER_BUILDKIT": "0"}))
             best_times.append(timed(bk, env={**env, "DOCKER_BUILDKIT": "1"}))
             orch_times.append(timed(orch, env=env))
