@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import timed  # noqa: E402 - the benchmarks folder is not a package
+from timing import labelled_images, timed  # noqa: E402 - the benchmarks folder is not a package
 
 ORCH = [sys.executable, "-m", "orchestrator"]
 #: Every layer of this run carries the label (ORCH_LABELS), so the run removes exactly what it made.
@@ -120,12 +120,7 @@ def main() -> None:
             else:
                 bench(name, work, args.runs, args.cold)
     finally:
-        ids = subprocess.run(
-            ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={SESSION}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split()
+        ids = labelled_images(SESSION)
         tags = [
             f"orch-bench/{SESSION}:{name}"
             for name in [*(args.example or []), "tiny-embeddings", "minilm-embeddings", "plain"]

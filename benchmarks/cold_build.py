@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 
 import docker  # noqa: E402
-from timing import timed  # noqa: E402 - the benchmarks folder is not a package
+from timing import labelled_images, timed  # noqa: E402 - the benchmarks folder is not a package
 
 from orchestrator.model.platform import LABEL_PREFIX  # noqa: E402
 from tests.integration.housekeeping import prune_build_cache  # noqa: E402 - the suite's own pruner
@@ -115,12 +115,7 @@ def between_runs(client: docker.DockerClient, tags: list[str], cache_before: set
     client sends only what changed, as a user's second build would) and orch's wheels image (an image
     orch keeps by design), so every run after the first sees the same engine state."""
     subprocess.run(["docker", "rmi", "-f", *tags], capture_output=True, check=False)
-    ids = subprocess.run(
-        ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={SESSION}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+    ids = labelled_images(SESSION)
     wheels = {image.id for image in client.images.list(filters={"label": f"{LABEL_PREFIX}.role=wheels"}) if image.id}
     if gone := sorted(set(ids) - {short for short in ids if any(short in w for w in wheels)}):
         subprocess.run(["docker", "rmi", "-f", *gone], capture_output=True, check=False)
@@ -219,12 +214,7 @@ def main() -> None:
             capture_output=True,
             check=False,
         )
-        ids = subprocess.run(
-            ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={SESSION}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split()
+        ids = labelled_images(SESSION)
         if ids:
             subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)

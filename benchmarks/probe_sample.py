@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 
-from timing import timed  # noqa: E402 - the benchmarks folder is not a package
+from timing import labelled_images, timed  # noqa: E402 - the benchmarks folder is not a package
 
 from orchestrator.dossier.load import load_dossier  # noqa: E402
 from orchestrator.stages.handover import _sample_run_by_hand  # noqa: E402
@@ -82,12 +82,7 @@ def main() -> None:
         print("  target: <= 1.25x (issue 23)", flush=True)
     finally:
         os.chdir(REPO)
-        ids = subprocess.run(
-            ["docker", "image", "ls", "-q", "--filter", f"label=io.orch.session={SESSION}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split()
+        ids = labelled_images(SESSION)
         subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
 

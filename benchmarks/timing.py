@@ -14,3 +14,15 @@ def timed(command: list[str], env: Mapping[str, str] | None = None) -> float:
     if result.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return elapsed
+
+
+def labelled_images(session: str) -> list[str]:
+    """Ids of the images (intermediate ones included) labelled `io.orch.session=<session>`, sorted: what one
+    benchmark run made (it sets ORCH_LABELS), so that it removes exactly those."""
+    listed = subprocess.run(
+        ["docker", "image", "ls", "-aq", "--filter", f"label=io.orch.session={session}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return sorted(set(listed.stdout.split()))
