@@ -269,11 +269,13 @@ def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]
                 details += [
                     (f"extension check {key}", value) for key, value in run_details(step.extension_check, engine_labels)
                 ]
-            return PlannedCall(
-                step.name,
-                "run the device probe (not run when the host's driver cannot run the image's CUDA)",
-                tuple(details),
-            )
+            what = "run the device probe (not run when the host's driver cannot run the image's CUDA)"
+            if step.sample_alongside:
+                what = (
+                    "run the device probe, the sample's container started at the same time (CPU platform: "
+                    "the sample counts only if this stage passes; otherwise it is stopped, its outputs unread)"
+                )
+            return PlannedCall(step.name, what, tuple(details))
         case SampleStage():
             folders = step.run.folders
             return PlannedCall(

@@ -27,6 +27,7 @@ from typing import ClassVar
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.model.build_record import CodeRef
 from orchestrator.model.host import HostFacts
+from orchestrator.model.platform import Platform
 from orchestrator.plan.build import BuildSteps, created_label, make_build_steps
 from orchestrator.plan.builder import choose_builder
 from orchestrator.plan.extension_check import extension_check_spec
@@ -181,9 +182,14 @@ class HostStage(Step):
 
 @dataclass(frozen=True)
 class DeviceStage(Step):
+    """The device probe (and the extensions' check). `sample_alongside`: the sample's container starts at the
+    same time, in its own container, and its result counts only if this stage passes (see
+    `sample_runs_alongside`)."""
+
     name: ClassVar[str] = "device"
     run: RunPlan
     extension_check: RunSpec | None
+    sample_alongside: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,20 @@ def build_program(loaded: LoadedDossier, facts: BuildFacts, options: BuildOption
     )
 
 
+def sample_runs_alongside(platform: Platform, stop_after_failure: bool) -> bool:
+    """Whether the sample's container starts together with the device probe's, rather than after it passed.
+
+    Only on the CPU platform: there the device stage checks the torch build and two small operations, and
+    cannot find that the sample would fall back from a GPU to the CPU; on CUDA and ROCm the sample never
+    starts before the device stage saw the GPU (no silent CPU fallback, not even for the seconds the probe
+    takes). Not for `orch verify` (`stop_after_failure`): a replay runs nothing past its first failure.
+    Either way a failed device stage leaves the sample `not_run`: a sample started alongside is stopped and
+    its outputs are not read. The two are separate containers (own processes, file systems, no shared
+    mount), so the probe cannot change what the sample computes; tests/integration/test_probe_alongside.py
+    compares the outputs of both orders byte for byte."""
+    return platform == "cpu" and not stop_after_failure
+
+
 def probe_program(
     loaded: LoadedDossier,
     out: Path,
@@ -261,6 +281,7 @@ def probe_program(
     *,
     write_report: bool = True,
     handover: Path | None = None,
+    stop_after_failure: bool = False,
 ) -> Program:
     """`orch probe` (and the probe half of `orch rebuild`): the four stages, the report, the hand-over.
 
@@ -276,7 +297,11 @@ def probe_program(
     steps: list[Step] = [
         ImageStage(spec=run.inventory, after_build=facts.image_id is None),
         HostStage(mapping=mapping, selection=facts.selection, notes=facts.host_notes),
-        DeviceStage(run=run, extension_check=extension_check_spec(loaded, run.device)),
+        DeviceStage(
+            run=run,
+            extension_check=extension_check_spec(loaded, run.device),
+            sample_alongside=sample_runs_alongside(platform, stop_after_failure),
+        ),
         SampleStage(run=run, fingerprinted=tuple(fingerprinted)),
     ]
     if write_report:

@@ -89,6 +89,7 @@ def execute(
             try:
                 outcome = HANDLERS[type(step)](step, run)
             except BaseException as error:
+                probe_steps.stop_alongside(run)  # a sample started beside the device probe goes too
                 seconds = round(time.monotonic() - mark, 3)
                 executed.append(
                     ExecutedStep(name=step.name, status="failed", seconds=seconds, note=type(error).__name__)
@@ -206,6 +207,8 @@ def run_probe(
         stop_after_failure=options.stop_after_failure,
         notes=variant_notes(loaded),
     )
-    program = probe_program(loaded, out, facts, write_report=write_report)
+    program = probe_program(
+        loaded, out, facts, write_report=write_report, stop_after_failure=options.stop_after_failure
+    )
     execute(program, run, command="probe")
     return run.report or assemble_report(run)

@@ -39,6 +39,7 @@ from orchestrator.plan.gpu_select import GpuSelection, select_gpus
 from orchestrator.plan.program import DeviceStage, HostStage, ImageStage, SampleStage, WriteReport
 from orchestrator.plan.run import RunPlan
 from orchestrator.report.write import write_report
+from orchestrator.stages import alongside
 from orchestrator.stages.device_stage import device_stage
 from orchestrator.stages.host_stage import host_stage
 from orchestrator.stages.image_stage import image_stage
@@ -162,25 +163,43 @@ def do_device_stage(step: DeviceStage, run: Run) -> StepOutcome:
     run.hooks.on_probe_stage("device")
     extensions = run.inventory.extensions if run.inventory is not None else None
     compiled = {artefact.name: artefact.compiled_archs for artefact in (extensions.artefacts if extensions else [])}
-    result = device_stage(run.engine, run.loaded, _with_image(step.run, run.image.id), run.verdict, compiled)
+    plan = _with_image(step.run, run.image.id)
+    if step.sample_alongside:
+        run.alongside = alongside.start_alongside(run.engine, run.loaded, plan)
+    result = device_stage(run.engine, run.loaded, plan, run.verdict, compiled)
     run.stages["device"] = result
     return DONE if result.status == "passed" else StepOutcome("failed", _first_error(result))
 
 
 def do_sample_stage(step: SampleStage, run: Run) -> StepOutcome:
     if _stopped(run, "sample"):
+        stop_alongside(run)
         return StepOutcome("skipped", run.stages["sample"].reason)
     device = run.stages["device"]
     if device.status == "failed":
         assert device.first_error is not None
         reason = f"device stage failed ({device.first_error.step}): no silent CPU fallback"
+        if run.alongside is not None:
+            stop_alongside(run)
+            reason += "; the sample's container, started with the device probe's, was stopped and its outputs not read"
         run.stages["sample"] = not_run("sample", reason)
         return StepOutcome("skipped", reason)
     assert run.image is not None
     run.hooks.on_probe_stage("sample")
-    result = sample_stage(run.engine, run.loaded, _with_image(step.run, run.image.id))
+    plan = _with_image(step.run, run.image.id)
+    # Kept on the run while waited for: an interrupted wait stops the container (stop_alongside).
+    started = run.alongside
+    result = started.future.result() if started is not None else sample_stage(run.engine, run.loaded, plan)
+    run.alongside = None
     run.stages["sample"] = result
     return DONE if result.status == "passed" else StepOutcome("failed", _first_error(result))
+
+
+def stop_alongside(run: Run) -> None:
+    """A program stopped early (an error, Ctrl-C) stops the sample it started with the device probe."""
+    if run.alongside is not None:
+        started, run.alongside = run.alongside, None
+        alongside.stop(run.engine, started)
 
 
 def do_write_report(step: WriteReport, run: Run) -> StepOutcome:

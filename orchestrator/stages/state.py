@@ -18,6 +18,7 @@ from orchestrator.model.inventory import Inventory, InventoryDiff
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import Report, StageName, StageResult
 from orchestrator.model.steps import StepStatus
+from orchestrator.stages.alongside import Alongside
 from orchestrator.stages.code_source import CodeState
 from orchestrator.stages.context import RenderedContext
 
@@ -96,6 +97,8 @@ class Run:
     environ: Mapping[str, str] = field(default_factory=dict)
     stop_after_failure: bool = False
     verdict: CompatVerdict | None = None
+    #: The sample stage started with the device stage (DeviceStage.sample_alongside), until step sample takes it.
+    alongside: Alongside | None = None
     stages: dict[StageName, StageResult] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     report: Report | None = None

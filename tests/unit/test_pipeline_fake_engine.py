@@ -289,8 +289,13 @@ def test_a_device_that_is_not_the_expected_one_fails_and_the_sample_is_not_run(
     runs = {**passing_runs(tiny), "device": ScriptedRun(stdout=device_stdout(cuda="12.4"))}
     report, engine = probe(tiny, tmp_path, runs)
     assert statuses(report) == {"image": "passed", "host": "passed", "device": "failed", "sample": "not_run"}
-    assert [call[1] for call in engine.calls if call[0] == "run"] == ["inventory", "device"]
+    # CPU platform: the sample's container started with the device probe's (plan/program.py
+    # sample_runs_alongside); the device stage failed, so its result is not read.
+    assert sorted(call[1] for call in engine.calls if call[0] == "run") == ["device", "inventory", "sample"]
     assert report.stages["device"].first_error.step == "torch is a CPU build"
+    reason = report.stages["sample"].reason or ""
+    assert reason.startswith("device stage failed (torch is a CPU build): no silent CPU fallback")
+    assert "was stopped and its outputs not read" in reason
 
 
 def test_a_sample_that_exits_non_zero_fails_its_stage(tiny: LoadedDossier, tmp_path: Path) -> None:
