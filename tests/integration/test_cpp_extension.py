@@ -78,6 +78,32 @@ def test_a_second_compile_gives_one_environment(rebuilt: Path, tmp_path: Path) -
     assert [path for path in one if one[path] != two[path]] == [RECORD], "two builds installed different files"
 
 
+def test_the_classic_builder_compiles_the_same_object_into_the_same_environment(rebuilt: Path, tmp_path: Path) -> None:
+    """Issue 23: BuildKit (the module's build) and the classic builder (its wheel feed and its own builder
+    stage) install one environment for this example, the compiled object included: the two templates' compile
+    steps must not differ in anything that reaches the object (paths, flags, the toolchain)."""
+    classic = tmp_path / "classic"
+    result = orch(
+        "build",
+        str(EXAMPLE / "dossier.yaml"),
+        "--out",
+        str(classic),
+        "--builder",
+        "classic",
+        "--tag",
+        f"{SESSION_TAG_NAMESPACE}/cpp-extension:classic",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    first, second = _read_build(rebuilt), _read_build(classic)
+    assert (first.context.builder, second.context.builder) == ("buildkit", "classic")
+    assert first.inventory is not None and second.inventory is not None
+    assert first.inventory.environment is not None and second.inventory.environment is not None
+    one, two = _listed_files(rebuilt), _listed_files(classic)
+    assert len(one) > 1000 and one.keys() == two.keys()
+    assert [path for path in one if one[path] != two[path]] == [], "the two builders installed different files"
+    assert second.inventory.environment.digest == first.inventory.environment.digest
+
+
 def _listed_files(out: Path) -> dict[str, str]:
     listed: dict[str, str] = json.loads((out / ENVIRONMENT_FILE).read_text())["files"]
     return listed

@@ -60,7 +60,10 @@ def test_example_on_tinys_lock_passes_all_four_stages_on_the_cpu_with_tinys_envi
 def test_minilm_passes_all_four_stages_on_the_cpu_and_two_cold_builds_give_one_environment(
     engine: Engine, base_image: BaseOutcome, tmp_path: Path
 ) -> None:
-    """minilm has its own lock (transformers, tokenizers, a real model): its cold pair stays, beside tiny's."""
+    """minilm has its own lock (transformers, tokenizers, a real model): its cold pair stays, beside tiny's.
+
+    Issue 23: the pair's second build is the classic builder's (its wheel feed, its layers), so the pair also
+    shows that both builders install one environment for this lock; tiny's cold pair is BuildKit's twice."""
     name = "minilm-embeddings"
     dossier = EXAMPLES / name / "dossier.yaml"
     if not dossier.is_file():
@@ -79,12 +82,16 @@ def test_minilm_passes_all_four_stages_on_the_cpu_and_two_cold_builds_give_one_e
         "--out",
         str(tmp_path / "again"),
         "--no-cache",
+        "--builder",
+        "classic",
         "--tag",
         f"{SESSION_TAG_NAMESPACE}/{name}:again",
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    builders = [_builder(tmp_path / "out"), _builder(tmp_path / "again")]
+    assert builders == ["buildkit", "classic"], builders
     first, second = _environment(tmp_path / "out"), _environment(tmp_path / "again")
-    assert second.digest == first.digest, f"two cold builds of {name} installed different files"
+    assert second.digest == first.digest, f"a BuildKit and a classic cold build of {name} installed different files"
     assert first.files == second.files and first.files > 1000
 
 
@@ -92,6 +99,10 @@ def _listed_files(out: Path) -> dict[str, str]:
     """environment.json's per-file list (path → sha256 of its bytes) of a build's --out folder."""
     listed: dict[str, str] = json.loads((out / ENVIRONMENT_FILE).read_text())["files"]
     return listed
+
+
+def _builder(out: Path) -> str:
+    return str(BuildRecord.model_validate_json((out / "build.json").read_text()).context.builder)
 
 
 def _environment(out: Path) -> EnvironmentSummary:
