@@ -163,17 +163,32 @@ def schema(out: Path | None, fmt: str) -> None:
     default=None,
     help="CA bundle pip trusts during an online install (intercepting proxies). Never kept in the image.",
 )
-def render(dossier: Path, out: Path | None, variant: str | None, dockerfile_only: bool, ca_bundle: Path | None) -> None:
-    """Render the Dockerfile and write the build context to --out."""
+@click.option(
+    "--builder",
+    type=click.Choice(["buildkit", "classic"]),
+    default="buildkit",
+    show_default=True,
+    help="The builder the Dockerfile is for: BuildKit's one stage (RUN --mount; Docker >= 23 builds with it, "
+    "20.10 with DOCKER_BUILDKIT=1) or the two-stage form any builder builds.",
+)
+def render(
+    dossier: Path, out: Path | None, variant: str | None, dockerfile_only: bool, ca_bundle: Path | None, builder: str
+) -> None:
+    """Render the Dockerfile and write the build context to --out.
+
+    The context is self-contained (lock, code, wheels, orch's install script): plain `docker build` of it
+    installs the environment `orch build` installs (one environment digest)."""
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.errors import BadInput
-    from orchestrator.plan.build import make_plan
+    from orchestrator.plan.build import buildkit_plan, make_plan
 
     if out is None and not dockerfile_only:
         raise BadInput("orch render needs --out DIR (or --dockerfile-only to print the Dockerfile)")
     loaded = load_dossier(dossier, variant=variant)
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
+    if builder == "buildkit":
+        plan = buildkit_plan(plan)
     if dockerfile_only:
         from orchestrator.render.dockerfile import render_dockerfile
 
@@ -200,4 +215,5 @@ def render(dossier: Path, out: Path | None, variant: str | None, dockerfile_only
         console.print(f"  {len(rendered.wheels)} wheels, hashes verified")
     if rendered.debs:
         console.print(f"  {len(rendered.debs)} toolchain .deb files from the base image's archive in toolchain-debs/")
-    console.print(f"  build it: docker build {rendered.directory}")
+    how = "DOCKER_BUILDKIT=1 docker build" if plan.builder == "buildkit" else "docker build"
+    console.print(f"  build it: {how} {rendered.directory}")

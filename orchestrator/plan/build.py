@@ -310,6 +310,14 @@ def wheel_feed_refusal(plan: BuildPlan) -> str | None:
     return None
 
 
+def buildkit_plan(plan: BuildPlan) -> BuildPlan:
+    """The plan as BuildKit builds it: one stage whose install step bind-mounts the wheels, the lock and
+    orch's install script for that step only, where the plan allows it (`wheel_feed_refusal`); otherwise
+    the two-stage form. The wheels come from the context (`orch render`) unless `wheels_image` is set
+    (`orch build`)."""
+    return replace(plan, builder="buildkit", mounted_wheels=wheel_feed_refusal(plan) is None)
+
+
 def feed_spec(plan: BuildPlan, base_id: str) -> ServiceSpec:
     command = (f"python{plan.python_version}", "-m", "http.server", str(FEED_PORT), "--bind", "127.0.0.1")
     return ServiceSpec(image=base_id, command=(*command, "--directory", "/feed"))
@@ -407,7 +415,7 @@ def make_build_steps(
     if builder == "buildkit":
         # BuildKit fetches the context from the context server and mounts the wheels into the one install
         # step from an image of their own: the feed's job, without a second container on the build's path.
-        plan = replace(plan, builder="buildkit", mounted_wheels=wheel_feed_refusal(plan) is None)
+        plan = buildkit_plan(plan)
         server = context_server_spec(plan.python_version, base_id)
         if plan.mounted_wheels and plan.uv is not None:
             wheels = wheels_image_spec(

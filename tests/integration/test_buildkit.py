@@ -1,6 +1,7 @@
 """BuildKit builds through the engine API, on the real engine: one environment with the classic builder, the
 first error of a failed step, the context server gone afterwards, no wheel and no install script in any layer,
-the wheels mounted from the wheels image, and a forged wheels image stopped by the install step.
+the wheels mounted from the wheels image, a forged wheels image stopped by the install step, and `orch
+render`'s context built by plain `docker build` (BuildKit) to the same environment.
 
 Cost: one classic cold build of tiny-embeddings (about a minute) and one small failing BuildKit build; the
 BuildKit side is the session's warm tiny-embeddings build (`_warm_tiny_layers`, the engine's default builder).
@@ -9,6 +10,9 @@ BuildKit side is the session's warm tiny-embeddings build (`_warm_tiny_layers`, 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -27,7 +31,8 @@ from orchestrator.stages.base_image import BaseOutcome
 from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.build_context import served_context_tar
 from orchestrator.stages.execute import run_build
-from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
+from orchestrator.stages.inventory import probe_inventory
+from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, orch, session_containers
 from tests.paths import EXAMPLES
 
 
@@ -183,3 +188,39 @@ def test_a_forged_wheels_image_fails_the_install_step_by_name_and_makes_no_image
     uv = next(w for w in warm.context.wheels if w.file.startswith("uv-"))
     assert record.failure.first_error.startswith(f"error: sha256 differs for /tmp/orch/wheels/{uv.file} (expected")
     assert built is None
+
+
+def test_plain_docker_build_of_orch_render_installs_the_environment_orch_build_installs(
+    engine: Engine, _warm_tiny_layers: BuildRecord, tmp_path: Path
+) -> None:
+    """Issue 23, point 2: `orch render` writes BuildKit's one stage, readable (the install step is a named
+    script in the context, no line of inline code), self-contained (the wheels mounted from the context,
+    not from orch's wheels image); plain `DOCKER_BUILDKIT=1 docker build` of it, offline, installs the
+    environment of the session's `orch build` of the same dossier (one environment digest)."""
+    docker_cli = shutil.which("docker")
+    assert docker_cli is not None, "the docker client (Debian's docker.io) is not on PATH"
+    rendered = tmp_path / "rendered"
+    result = orch("render", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml"), "--out", str(rendered))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    dockerfile = (rendered / "Dockerfile").read_text()
+    assert "--mount=type=bind,source=wheels,target=/tmp/orch/wheels" in dockerfile
+    assert "from=" not in dockerfile and "python3.11 -c" not in dockerfile
+    assert max(len(line) for line in dockerfile.splitlines()) < 200
+    assert (rendered / "orch" / "install-venv.sh").is_file()
+    tag = f"{SESSION_TAG_NAMESPACE}/rendered:plain"
+    command = [docker_cli, "build", "--quiet", "--network", "none", "--label", SESSION_FILTER, "--tag", tag]
+    built = subprocess.run(
+        [*command, str(rendered)],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    outcome = probe_inventory(engine, tag)
+    assert outcome.error is None and outcome.inventory is not None, outcome.error
+    warm = _warm_tiny_layers.inventory
+    assert warm is not None and warm.environment is not None and outcome.inventory.environment is not None
+    assert outcome.inventory.environment.digest == warm.environment.digest
+    assert outcome.inventory.environment.files == warm.environment.files > 1000
