@@ -152,7 +152,8 @@ def main() -> None:
             )
         variant = ["--variant", args.variant] if args.variant else []
         context = work / "context"
-        timed([*ORCH, "render", str(dossier), *variant, "--out", str(context)])
+        # The two-stage form: its `RUN pythonX.Y -m venv` names the interpreter the baselines use.
+        timed([*ORCH, "render", str(dossier), *variant, "--out", str(context), "--builder", "classic"])
         rendered = (context / "Dockerfile").read_text()
         base = next(line.split()[1] for line in rendered.splitlines() if line.startswith("FROM "))
         python = re.search(r"RUN python(3\.\d+) -m venv", rendered)
