@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 # Re-exported until orchestrator/cli and stages/probe.py import it from orchestrator.errors (issue 22 merge).
 from orchestrator.errors import CaptureError
 from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NODES, ROCM_INFO_VERSION
+from orchestrator.host.capture_intake import FORMAT, confined_spec_dir, take_in
 from orchestrator.host.collect import DaemonGpuSettings, RawHost, host_facts, render_nodes
 from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS
 from orchestrator.host.nvidia import (
@@ -40,8 +43,6 @@ from orchestrator.host.nvidia import (
 )
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import HostFacts, NvidiaDriverFacts
-
-FORMAT = "orch-host-capture/1"
 
 #: The environment variables a capture records (by name, never a dump): GPU selection, the container toolkit's
 #: requirement switches, ROCm overrides, scheduler allocations and the numerics knobs the report compares.
@@ -216,9 +217,11 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Capture:
+    #: The private copy orch reads (capture_intake.py); `origin`, the folder the user gave.
     folder: Path
     manifest: dict[str, Any]
     env: dict[str, str] = field(default_factory=dict)
+    origin: Path | None = None
 
     @property
     def root(self) -> Path:
@@ -263,35 +266,22 @@ class Capture:
 
 
 def read_capture(folder: Path) -> Capture:
-    manifest_path = folder / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise CaptureError(
-            f"{manifest_path}: not readable ({error.strerror}); is {folder} an `orch doctor --capture` folder?"
-        ) from error
-    except json.JSONDecodeError as error:
-        raise CaptureError(f"{manifest_path}: not JSON (line {error.lineno}); the capture is damaged") from error
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CaptureError(f"{manifest_path}: format is not {FORMAT!r}; capture it again with this orch")
-    for entry in [*manifest.get("commands", []), *manifest.get("logs", [])]:
-        stored = entry.get("stdout") or entry.get("file")
-        if stored is not None and not _inside(folder, stored):
-            raise CaptureError(f"{manifest_path}: {stored!r} points outside the capture folder")
+    """The capture at `folder`, taken in as untrusted input (host/capture_intake.py): its manifest validated,
+    its files copied into a private folder the collectors read (removed when the `Capture` goes)."""
+    manifest, copy = take_in(folder)
     env = {k: str(v) for k, v in manifest.get("env", {}).items() if k in CAPTURED_ENV}
-    return Capture(folder=folder, manifest=manifest, env=env)
-
-
-def _inside(folder: Path, stored: str) -> bool:
-    resolved = (folder / stored).resolve()
-    return resolved == folder.resolve() or folder.resolve() in resolved.parents
+    capture = Capture(folder=copy, manifest=manifest, env=env, origin=folder)
+    weakref.finalize(capture, shutil.rmtree, copy, True)
+    return capture
 
 
 def capture_host(capture: Capture) -> RawHost:
     """The captured host as a `RawHost`: the copied tree, the recorded tool outputs (NVML off), the recorded
     `docker info`."""
     run = capture.runner()
-    runtimes, spec_dirs = parse_docker_info(run_tool(run, ["docker", "info"]).stdout)
+    runtimes, named_dirs = parse_docker_info(run_tool(run, ["docker", "info"]).stdout)
+    # Read under the copy's root, never on this host: a `..` in the captured text is refused.
+    spec_dirs = [confined_spec_dir(name, "the captured `docker info`") for name in named_dirs]
     return RawHost(
         root=capture.root,
         run=run,
@@ -300,7 +290,7 @@ def capture_host(capture: Capture) -> RawHost:
         docker_unknown="Docker: the capture holds no `docker info` runtimes",
         use_nvml=False,
         rocminfo_fallback=True,
-        origin_notes=(f"read from the host capture {capture.folder}",),
+        origin_notes=(f"read from the host capture {capture.origin or capture.folder}",),
         nvidia_fallback=lambda nvidia, notes: _with_header_queries(capture, nvidia, notes),
     )
 
