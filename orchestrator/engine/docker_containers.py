@@ -8,6 +8,8 @@ fails, so runs are create → start → wait → logs → remove, the removal in
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
@@ -19,16 +21,23 @@ import requests.exceptions
 
 from orchestrator.engine import IMAGE_REMOVED_HINT, MANAGED_LABEL, CopyOut, RunOutcome, Served
 from orchestrator.errors import EnvironmentFailure, ImageNotBuilt
+from orchestrator.model.platform import LABEL_PREFIX
 from orchestrator.plan.specs import Hardening, RunSpec, ServiceSpec
 from orchestrator.redact import redact
 from orchestrator.untrusted import CappedStream
 
+#: Who started a service container (`owner()`), so that a sweep removes only its own user's stopped services.
+OWNER_LABEL = f"{LABEL_PREFIX}.owner"
+ROLE_LABEL = f"{LABEL_PREFIX}.role"
+#: The roles of orch's file servers (plan/specs.py ServiceSpec labels): the ones `sweep_stopped_services` removes.
+SERVICE_ROLES = ("wheel-feed", "context-server")
+
 _FEED_HINT = (
-    "The feed runs the base image's own Python (`python -m http.server`); build with --network none to install "
+    "The feed runs the base image's own Python (`http.server`); build with --network none to install "
     "from the build context instead."
 )
 _CONTEXT_SERVER_HINT = (
-    "The context server runs the base image's own Python (`python -m http.server`); build with `--builder classic` "
+    "The context server runs the base image's own Python (`http.server`); build with `--builder classic` "
     "to upload the context to the engine instead."
 )
 
@@ -63,12 +72,13 @@ def _create(
     hardening: Hardening,
     mem_limit: str,
     pids_limit: int,
+    detach: bool = True,
     **options: Any,
 ) -> Any:
     return client.containers.create(
         image,
         labels={**labels, MANAGED_LABEL: "true"},
-        detach=True,
+        detach=detach,
         **hardening_options(hardening, mem_limit, pids_limit),
         **options,
     )
@@ -174,19 +184,48 @@ def run(
                 container.remove(force=True)
 
 
+def owner() -> str:
+    """Who started a service container: this user on this host (`uid@hostname`), its `OWNER_LABEL` value."""
+    return f"{os.getuid()}@{socket.gethostname()}"
+
+
+def sweep_stopped_services(client: docker.DockerClient) -> list[str]:
+    """Remove this user's service containers on this host that have stopped: their lifeline ended, so the orch
+    that started them is gone (killed) and will not remove them. A running one may serve a build in progress,
+    and another user's or another host's is never touched."""
+    filters: dict[str, str | list[str] | bool] = {
+        "label": [f"{MANAGED_LABEL}=true", f"{OWNER_LABEL}={owner()}", ROLE_LABEL],
+        "status": "exited",
+    }
+    removed = []
+    for container in client.containers.list(all=True, filters=filters):
+        if (container.labels or {}).get(ROLE_LABEL) in SERVICE_ROLES:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
+                removed.append(str(container.id))
+    return removed
+
+
 @contextlib.contextmanager
 def serve(
     client: docker.DockerClient, engine_labels: Mapping[str, str], spec: ServiceSpec, files: IO[bytes]
 ) -> Iterator[Served]:
     """The service's container, `files` put in at `/` (the archive API: the engine may be on another machine),
-    started, ready; removed on the way out whatever happened. Only errors of starting it are named here."""
+    started, ready; removed on the way out whatever happened. Only errors of starting it are named here.
+
+    Its lifeline: the container is created with an open stdin that closes when its one attached client goes
+    (StdinOnce), and this block holds that attachment. If this process dies (`kill -9`, an OOM kill), the
+    engine closes the stdin and the server (probes/serve_files.py) exits at once; the next `serve` of the same
+    user on the same host removes the stopped container (`sweep_stopped_services`)."""
+    sweep_stopped_services(client)
     container = None
+    lifeline = None
     try:
         try:
             container = _create(
                 client,
                 spec.image,
-                labels={**engine_labels, **spec.labels},
+                labels={**engine_labels, **spec.labels, OWNER_LABEL: owner()},
                 hardening=spec.hardening,
                 mem_limit=spec.mem_limit,
                 pids_limit=spec.pids_limit,
@@ -194,7 +233,10 @@ def serve(
                 environment=dict(spec.environment),
                 network_mode=spec.network,
                 user=spec.user,
+                detach=False,  # with stdin_open: StdinOnce, the lifeline (docker-py sets it for attached creates)
+                stdin_open=True,
             )
+            lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
             container.put_archive("/", files)
             container.start()
             _wait_until_ready(container, spec)
@@ -206,9 +248,27 @@ def serve(
             raise EnvironmentFailure(f"starting {name} failed: {redact(str(exc.explanation))}", hint=hint) from None
         yield Served(str(container.id), url)
     finally:
+        if lifeline is not None:
+            _close_lifeline(lifeline)
         if container is not None:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
+
+
+def _close_lifeline(lifeline: Any) -> None:
+    """End the attachment now. docker-py hands back the socket's file object (a `SocketIO` over the Unix socket)
+    with the HTTP response it came from: the response is closed first (closing the file object under it makes
+    the response fail when it is collected), then the socket itself, which the response leaves open."""
+    inner = getattr(lifeline, "_sock", lifeline)
+    response = getattr(lifeline, "_response", None)
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()
+    if isinstance(inner, socket.socket):
+        with contextlib.suppress(OSError):
+            inner.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            inner.close()
 
 
 def _bridge_url(container: Any, spec: ServiceSpec) -> str:

@@ -24,7 +24,7 @@ from orchestrator.model.platform import Installer, InstallMode, Platform
 from orchestrator.plan import specs
 from orchestrator.plan.builder import context_server_spec
 from orchestrator.plan.run import inventory_spec
-from orchestrator.plan.specs import Builder, BuildNetwork, Network, RunSpec, ServiceSpec
+from orchestrator.plan.specs import Builder, BuildNetwork, Network, RunSpec, ServiceSpec, served_command
 from orchestrator.plan.wheels_image import WheelsImageSpec, wheels_image_spec
 from orchestrator.redact import redact
 from orchestrator.vendor import InstallerWheel, uv_wheel
@@ -319,8 +319,8 @@ def buildkit_plan(plan: BuildPlan) -> BuildPlan:
 
 
 def feed_spec(plan: BuildPlan, base_id: str) -> ServiceSpec:
-    command = (f"python{plan.python_version}", "-m", "http.server", str(FEED_PORT), "--bind", "127.0.0.1")
-    return ServiceSpec(image=base_id, command=(*command, "--directory", "/feed"))
+    command = served_command(f"python{plan.python_version}", FEED_PORT, "127.0.0.1", "/feed")
+    return ServiceSpec(image=base_id, command=command)
 
 
 def default_build_network(plan: BuildPlan) -> Network:

@@ -15,7 +15,7 @@ from typing import cast
 
 from orchestrator.errors import BadInput
 from orchestrator.model.platform import LABEL_PREFIX
-from orchestrator.plan.specs import Builder, ServiceSpec
+from orchestrator.plan.specs import Builder, ServiceSpec, served_command
 
 #: Where BuildKit's context server listens, in its own container on the engine's bridge.
 CONTEXT_SERVER_PORT = 8470
@@ -28,10 +28,9 @@ INSTALL_HELPERS = ("venv_seed.py", "compile_venv.py")
 
 def context_server_spec(python_version: str, base_id: str) -> ServiceSpec:
     """The container BuildKit fetches the context tar from: the base's Python serving `/srv` on the bridge."""
-    command = (f"python{python_version}", "-m", "http.server", str(CONTEXT_SERVER_PORT), "--bind", "0.0.0.0")
     return ServiceSpec(
         image=base_id,
-        command=(*command, "--directory", f"/{CONTEXT_SERVER_ROOT}"),
+        command=served_command(f"python{python_version}", CONTEXT_SERVER_PORT, "0.0.0.0", f"/{CONTEXT_SERVER_ROOT}"),
         labels={f"{LABEL_PREFIX}.role": "context-server"},
         network="bridge",
         port=CONTEXT_SERVER_PORT,

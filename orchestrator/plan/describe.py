@@ -63,6 +63,11 @@ def _command(spec: RunSpec) -> str:
     return " ".join(words)
 
 
+def _served(command: Sequence[str]) -> str:
+    """A file server's command, its script named (plan/specs.py `served_command`)."""
+    return " ".join("<probes/serve_files.py>" if "\n" in arg else arg for arg in command)
+
+
 def run_details(spec: RunSpec, engine_labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     gpus: list[str] = []
     if spec.nvidia_gpus:
@@ -149,7 +154,7 @@ def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, 
     if steps.feed is not None:
         feed = [
             ("wheel feed", f"a container of {loaded.base_image.from_line} started first, removed after the build"),
-            ("wheel feed command", " ".join(steps.feed.command)),
+            ("wheel feed command", _served(steps.feed.command)),
             ("wheel feed serves", f"{', '.join(FEED_PATHS)} of the context, copied in with the archive API"),
             ("wheel feed network", f"none: its loopback only, which the build joins; user {steps.feed.user}"),
             (
@@ -169,7 +174,7 @@ def _build_details(loaded: LoadedDossier, step: BuildImage) -> tuple[tuple[str, 
                 f"context tar at {server.command[-1]}/<random token>/context.tar (copied in with the archive API) "
                 "and an empty index.html (no listing)",
             ),
-            ("context server command", " ".join(server.command)),
+            ("context server command", _served(server.command)),
             ("context server network", f"the engine's bridge, port {server.port}: the engine fetches the URL"),
             (
                 "context server limits",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.model.platform import LABEL_PREFIX as _LABEL_PREFIX
+from orchestrator.resources import probe_source
 
 #: The unprivileged user the sample runs as inside every image.
 RUNTIME_UID = 10001
@@ -72,6 +73,9 @@ class ServiceSpec:
     they reach the feed and nothing else: the build stays offline. Its files go in through the archive API, not
     a bind mount (the engine may be on another machine), and that API refuses a read-only root: the root stays
     writable. It is ready once its output shows `ready_line`, within `start_timeout_s`.
+
+    Its command is `served_command`: `http.server` for as long as orch holds the container's stdin (the engine
+    adapter attaches to it and keeps it open), so a killed orch leaves no server running (probes/serve_files.py).
     """
 
     image: str
@@ -87,6 +91,11 @@ class ServiceSpec:
     network: ServiceNetwork = "none"
     #: The port it listens on (`bridge`: the engine reaches it at the container's bridge address).
     port: int | None = None
+
+
+def served_command(python: str, port: int, bind: str, directory: str) -> tuple[str, ...]:
+    """A file server's command: probes/serve_files.py (http.server with a lifeline on stdin), `directory` last."""
+    return (python, "-c", probe_source("serve_files.py"), str(port), "--bind", bind, "--directory", directory)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -90,14 +91,23 @@ class _Container:
     def logs(self, **kwargs: Any) -> Any:
         return iter([b"ok\n"]) if kwargs.get("stream") else b"Serving HTTP on 127.0.0.1\n"
 
+    def attach_socket(self, params: dict[str, int]) -> io.BytesIO:
+        assert params == {"stdin": 1, "stream": 1}
+        return io.BytesIO()
+
 
 class _Containers:
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
+        self.listed: list[dict[str, Any]] = []
 
     def create(self, image: str, **kwargs: Any) -> _Container:
         self.created.append(kwargs)
         return _Container()
+
+    def list(self, **kwargs: Any) -> list[_Container]:
+        self.listed.append(kwargs)
+        return []
 
 
 class _Client:
@@ -122,6 +132,13 @@ def test_the_adapter_applies_the_requests_hardening_and_limits() -> None:
     assert (run["mem_limit"], run["pids_limit"], run["network_mode"]) == ("2g", 99, "none")
     assert (service["mem_limit"], service["pids_limit"], service["network_mode"]) == ("1g", 64, "none")
     assert service["labels"]["io.orch.role"] == "wheel-feed" and service["user"] == "65534:65534"
+    # The lifeline: an open stdin the engine closes when its one client goes; the owner, for the sweep.
+    assert service["stdin_open"] is True and service["detach"] is False and run["detach"] is True
+    assert service["labels"]["io.orch.owner"].split("@")[0] == str(os.getuid())
+    (swept,) = client.containers.listed
+    assert swept["filters"]["status"] == "exited" and "io.orch.owner=" + service["labels"]["io.orch.owner"] in (
+        swept["filters"]["label"]
+    )
     assert loose["cap_drop"] is None and loose["security_opt"] is None and loose["read_only"] is True
     assert "memswap_limit" not in loose, "the adapter executes what the request says"
 
