@@ -136,8 +136,9 @@ def test_the_adapter_applies_the_requests_hardening_and_limits() -> None:
     assert service["stdin_open"] is True and service["detach"] is False and run["detach"] is True
     assert service["labels"]["io.orch.owner"].split("@")[0] == str(os.getuid())
     (swept,) = client.containers.listed
-    assert swept["filters"]["status"] == "exited" and "io.orch.owner=" + service["labels"]["io.orch.owner"] in (
-        swept["filters"]["label"]
+    assert (
+        swept["filters"]["status"] == "exited"
+        and "io.orch.owner=" + service["labels"]["io.orch.owner"] in (swept["filters"]["label"])
     )
     assert loose["cap_drop"] is None and loose["security_opt"] is None and loose["read_only"] is True
     assert "memswap_limit" not in loose, "the adapter executes what the request says"
