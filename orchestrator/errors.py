@@ -174,6 +174,17 @@ class DiskFull(EnvironmentFailure):
     ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def _existing_folder(path: str) -> str | None:
+    """The nearest folder of `path` that exists: the one on the file system that was full."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+    return folder or None
+
+
 def from_os_error(exc: OSError) -> EnvironmentFailure:
     """Translate an OSError that escaped every narrower handler into one message with its file.
 
@@ -184,8 +195,13 @@ def from_os_error(exc: OSError) -> EnvironmentFailure:
     where = f" ({exc.filename})" if exc.filename else ""
     reason = exc.strerror or str(exc)
     if exc.errno in DiskFull.ERRNOS:
+        # A copy's error names its source first and its destination second (CPython's sendfile copy sets
+        # filename and filename2): the full file system is the destination's.
+        written = exc.filename2 or exc.filename
+        folder = _existing_folder(str(written)) if written else None
+        full = f": {folder} is full (writing {written})" if folder else ""
         return DiskFull(
-            f"no space left on the device{where}",
+            f"no space left on the device{full}",
             hint="Free some space (docker image prune; old --out folders) or write to a larger disk, then run again.",
         )
     name = errno.errorcode.get(exc.errno or 0, "OSError")

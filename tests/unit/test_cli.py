@@ -100,3 +100,16 @@ def test_os_errors_translate_by_errno(number: int, code: str, words: str) -> Non
     error = from_os_error(OSError(number, os.strerror(number), "/data/out/report.json"))
     assert error.exit_code == 3 and error.code == code
     assert words in error.message and "/data/out/report.json" in error.message
+
+
+def test_a_full_disk_names_the_folder_written_to_not_the_copy_s_source(tmp_path: Path) -> None:
+    """Issue 25, point 7: CPython's sendfile copy raises ENOSPC with the source as `filename` and the destination
+    as `filename2`; the folder that was full is the destination's (the --out folder, not orch's wheel cache)."""
+    out = tmp_path / "out" / "context" / "wheels"
+    out.mkdir(parents=True)
+    error = from_os_error(
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/root/.cache/orch/wheels/torch.whl", None, str(out / "t.whl"))
+    )
+    assert error.code == "disk-full"
+    assert error.message == f"no space left on the device: {out} is full (writing {out / 't.whl'})"
+    assert ".cache" not in error.message
