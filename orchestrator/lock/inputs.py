@@ -22,6 +22,12 @@ from orchestrator.errors import BadInput
 InputKind = Literal["requirements", "pyproject", "inventory"]
 
 _INCLUDE = re.compile(r"^\s*(-r|-c|--requirement|--constraint)[=\s]+(\S+)")
+#: Options of a requirements file that choose where packages come from. `orch lock` takes its sources from the
+#: dossier (`python.indexes`, `python.find_links`, each credential by variable name), so such a line would be
+#: ignored while the user believes it was used: it is refused instead, its value (maybe a token) never shown.
+_SOURCE_OPTION = re.compile(
+    r"^\s*(-i|--index-url|--extra-index-url|--index|-f|--find-links|--trusted-host|--no-index|--default-index)(?=[=\s]|$)"
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,29 @@ def _included_digest(path: Path, seen: set[Path]) -> list[bytes]:
         if match:
             parts += _included_digest(real.parent / match.group(2), seen)
     return parts
+
+
+def _refuse_source_options(path: Path, seen: set[Path] | None = None) -> None:
+    """A requirements file (and each it includes with -r/-c) must not name indexes or wheel folders."""
+    seen = set() if seen is None else seen
+    real = path.resolve()
+    if real in seen or not real.is_file():
+        return
+    seen.add(real)
+    text = real.read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        option = _SOURCE_OPTION.match(line)
+        if option:
+            raise BadInput(
+                f"{path}:{number}: {option.group(1)} in the lock's input: orch lock takes indexes and wheel folders "
+                "from the dossier (python.indexes, python.find_links), not from this file, so the line would be "
+                "ignored",
+                hint="Remove the line and declare the index under python.indexes in the dossier, its credential "
+                "by variable name (docs/lock.md).",
+            )
+        include = _INCLUDE.match(line)
+        if include:
+            _refuse_source_options(real.parent / include.group(2), seen)
 
 
 def _digest(path: Path) -> str:
@@ -124,6 +153,7 @@ def find_input(
         elif kind == "inventory":
             text = _inventory_pins(path)
         else:
+            _refuse_source_options(path)
             text = path.read_text(encoding="utf-8")
         try:
             shown = str(path.resolve().relative_to(dossier_dir.resolve()))

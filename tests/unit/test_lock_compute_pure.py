@@ -191,3 +191,42 @@ def test_a_torch_that_does_not_fit_the_platform_is_refused_with_the_working_choi
     assert "is not a CPU build: pin torch==2.14.1+cpu from https://download.pytorch.org/whl/cpu" in caught.value.message
     assert caught.value.hint is not None and "torch series built for cpu" in caught.value.hint
     _check_body(plan, f"torch==2.13.0+cpu --hash=sha256:{SHA}\n")  # fits: no error
+
+
+@pytest.mark.parametrize(
+    ("lines", "option"),
+    [
+        ("--index-url https://user:TOKEN-123@private.example/simple\nnumpy\n", "--index-url"),
+        ("numpy\n-i https://user:TOKEN-123@private.example/simple\n", "-i"),
+        ("--extra-index-url=https://TOKEN-123@x.example/simple\nnumpy\n", "--extra-index-url"),
+        ("  --find-links /srv/TOKEN-123/wheels\nnumpy\n", "--find-links"),
+        ("--trusted-host TOKEN-123.example\nnumpy\n", "--trusted-host"),
+        ("--no-index\nnumpy\n", "--no-index"),
+    ],
+)
+def test_an_index_option_in_the_lock_input_is_refused_without_its_value(
+    lines: str, option: str, tmp_path: Path
+) -> None:
+    """Issue 25, point 8: uv's lock would ignore such a line while the user believes the private index was used."""
+    (tmp_path / "requirements.in").write_text(lines)
+    with pytest.raises(BadInput) as refused:
+        find_input(None, dossier_dir=tmp_path, lock_path=tmp_path / "requirements.lock", code_dir=None, inventory=None)
+    number = next(n for n, line in enumerate(lines.splitlines(), start=1) if line.strip().startswith(option))
+    assert refused.value.message.startswith(f"{tmp_path / 'requirements.in'}:{number}: {option} in the lock's input")
+    assert "python.indexes" in refused.value.message and "TOKEN-123" not in str(refused.value) + refused.value.hint
+
+
+def test_an_index_option_in_an_included_file_is_refused_too(tmp_path: Path) -> None:
+    (tmp_path / "requirements.in").write_text("-r more.in\nnumpy\n")
+    (tmp_path / "more.in").write_text("# private\n--index-url https://u:TOKEN-123@p.example/simple\ntorch\n")
+    with pytest.raises(BadInput, match=r"more\.in:2: --index-url"):
+        find_input(None, dossier_dir=tmp_path, lock_path=tmp_path / "requirements.lock", code_dir=None, inventory=None)
+
+
+def test_a_requirement_named_like_an_option_prefix_is_not_refused(tmp_path: Path) -> None:
+    (tmp_path / "requirements.in").write_text("-r base.in\nindex-tools>=1\n--pre\n")
+    (tmp_path / "base.in").write_text("numpy\n")
+    found = find_input(
+        None, dossier_dir=tmp_path, lock_path=tmp_path / "requirements.lock", code_dir=None, inventory=None
+    )
+    assert "index-tools" in found.text
