@@ -211,6 +211,57 @@ def _resolve_paths(plan: NightlyPlan, base: Path) -> NightlyPlan:
     )
 
 
+#: Folders a history may never be: retention deletes under the history, and a night writes into it.
+SYSTEM_FOLDERS = frozenset(
+    [
+        "/",
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/media",
+        "/mnt",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/var",
+        "/var/lib",
+        "/var/log",
+        "/var/tmp",
+    ]
+)
+
+
+def history_refusal(history: Path) -> str | None:
+    """Why `history` cannot be a nightly history (None: it can): a system folder, or a folder that holds
+    something a history does not (`nights/`, the `latest` link, orch's own dot-files)."""
+    resolved = history.resolve()
+    if str(resolved) in SYSTEM_FOLDERS or resolved == Path.home().resolve():
+        return f"{resolved} is a system folder; give the history a folder of its own (e.g. nightly-history/)"
+    if resolved.is_dir():
+        foreign = sorted(
+            entry.name
+            for entry in resolved.iterdir()
+            if entry.name not in ("nights", "latest") and not entry.name.startswith(".")
+        )
+        if foreign:
+            return (
+                f"{resolved} holds {foreign[0]!r}, which is not part of an orch history (nights/, latest); "
+                "give the history a folder of its own"
+            )
+    return None
+
+
 def load_plan(path: Path) -> LoadedPlan:
     """Read and validate a plan file; every dossier it names is read (its declaration only) for its name."""
     file = path.absolute()
@@ -240,6 +291,9 @@ def load_plan(path: Path) -> LoadedPlan:
     except ValidationError as exc:
         raise _from_validation(file, exc, doc) from None
     model = _resolve_paths(model, file.parent)
+    refused = history_refusal(model.history)
+    if refused is not None:
+        raise _invalid(file, refused, line=doc.line_of(("history",)), field="history")
     dossiers: list[tuple[DossierEntry, str]] = []
     for index, entry in enumerate(model.dossiers):
         field = f"dossiers[{index}].path"

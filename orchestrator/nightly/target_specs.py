@@ -8,10 +8,57 @@ environment variables that hold them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# A plan is a file someone edits and a nightly runner executes unattended: every value that reaches a
+# command line (an endpoint, a Slurm name, an sbatch argument) is checked here by its own syntax, so that
+# nothing in it can be read as an option (`ssh://-oProxyCommand=…`) or a second line of a job script.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]{{2,45}}\])"
+_PORT = r"(?::(?P<port>[0-9]{1,5}))?"
+_ENDPOINTS = {
+    "tcp": re.compile(rf"tcp://(?P<host>{_HOST}){_PORT}/?"),
+    "ssh": re.compile(rf"ssh://(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{{0,31}})@)?(?P<host>{_HOST}){_PORT}/?"),
+    "unix": re.compile(r"unix:///[A-Za-z0-9._/-]{1,200}"),
+}
+
+
+def _endpoint(value: str) -> str:
+    """`tcp://host[:port]`, `ssh://[user@]host[:port]` or `unix:///path`: nothing else, no part starting with `-`."""
+    scheme = value.split("://", 1)[0]
+    match = _ENDPOINTS[scheme].fullmatch(value) if scheme in _ENDPOINTS else None
+    if match is None:
+        raise ValueError(
+            "not a Docker endpoint orch accepts: tcp://HOST[:PORT], ssh://[USER@]HOST[:PORT] or unix:///PATH "
+            "(host names, users and paths of letters, digits, `.`, `_`, `-`, none starting with `-`)"
+        )
+    port = match.groupdict().get("port")
+    if port is not None and not 0 < int(port) < 65536:
+        raise ValueError(f"port {port} is not a TCP port")
+    return value
+
+
+def _slurm_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ValueError("not a Slurm name: letters, digits, `_`, `.`, `-`, starting with a letter or digit")
+    return value
+
+
+def _sbatch_argument(value: str) -> str:
+    if not re.fullmatch(r"--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]{0,500})?", value):
+        raise ValueError("an sbatch argument is one `--option` or `--option=value` on one line")
+    if value.split("=", 1)[0] in ("--wrap", "--output", "--error", "--chdir"):
+        raise ValueError(f"{value.split('=', 1)[0]} is orch's to set (the job script and where its output goes)")
+    return value
+
+
+Endpoint = Annotated[str, AfterValidator(_endpoint)]
+SlurmName = Annotated[str, AfterValidator(_slurm_name)]
+SbatchArgument = Annotated[str, AfterValidator(_sbatch_argument)]
 
 
 class _Spec(BaseModel):
@@ -41,8 +88,8 @@ class DockerTargetSpec(_Spec):
     neither: the engine of the machine running the night."""
 
     kind: Literal["docker"] = "docker"
-    docker_host: str | None = None
-    context: str | None = None
+    docker_host: Endpoint | None = None
+    context: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
     tls: TlsFiles | None = None
 
 
@@ -50,7 +97,7 @@ class SlurmTargetSpec(_Spec):
     """A Slurm partition: each cell is an `sbatch` job running `orch rebuild` on the allocated node."""
 
     kind: Literal["slurm"] = "slurm"
-    partition: str
+    partition: SlurmName
     #: GPUs per job, as `--gres=gpu:N` (0: no GPU requested, e.g. a CPU partition).
     gpus_per_job: int = Field(default=0, ge=0, le=64)
     #: The job's Slurm time limit, in minutes (`--time`).
@@ -60,7 +107,7 @@ class SlurmTargetSpec(_Spec):
     #: A folder every node sees (the cells' outputs are written there and collected from there).
     shared_dir: Path
     #: Extra `sbatch` arguments (`--account=…`, `--qos=…`), passed as separate arguments, never to a shell.
-    sbatch_args: tuple[str, ...] = ()
+    sbatch_args: tuple[SbatchArgument, ...] = ()
 
 
 TargetSpec = Annotated[DockerTargetSpec | SlurmTargetSpec, Field(discriminator="kind")]

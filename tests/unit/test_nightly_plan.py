@@ -128,3 +128,68 @@ def test_plan_schema_is_committed_and_current() -> None:
     schema = nightly_plan_json_schema()
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == {"nightly", "dossiers", "targets", "history"}
+
+
+HOSTILE_TARGET = "nightly: 1\ndossiers: [{{path: {dossier}}}]\ntargets: [{target}]\nhistory: h\n"
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ("{name: a, kind: docker, docker_host: 'tcp://127.0.0.1:1;touch x'}", "docker_host"),
+        ("{name: a, kind: docker, docker_host: 'ssh://-oProxyCommand=touch%20x@host'}", "docker_host"),
+        ("{name: a, kind: docker, docker_host: 'ssh://user@-oProxyCommand=x'}", "docker_host"),
+        ("{name: a, kind: docker, docker_host: 'tcp://host:99999'}", "docker_host"),
+        ("{name: a, kind: docker, docker_host: 'http://host:2375'}", "docker_host"),
+        ("{name: a, kind: docker, docker_host: 'unix:///run/docker.sock $(id)'}", "docker_host"),
+        ("{name: a, kind: docker, context: '-oProxyCommand=x'}", "context"),
+        ("{name: a, kind: slurm, partition: 'gpu$(touch x)', shared_dir: s}", "partition"),
+        ('{name: a, kind: slurm, partition: "gpu\\n#SBATCH --wrap=x", shared_dir: s}', "partition"),
+        ("{name: a, kind: slurm, partition: gpu, shared_dir: s, sbatch_args: ['--wrap=touch x']}", "sbatch_args"),
+        (
+            '{name: a, kind: slurm, partition: gpu, shared_dir: s, sbatch_args: ["--qos=a\\n#SBATCH --x"]}',
+            "sbatch_args",
+        ),
+        ("{name: a, kind: slurm, partition: gpu, shared_dir: s, sbatch_args: ['-A x']}", "sbatch_args"),
+    ],
+)
+def test_an_endpoint_or_slurm_value_that_could_inject_is_refused(tmp_path: Path, target: str, field: str) -> None:
+    """Issue 25, point 10: values that reach an ssh command line or a job script are checked by their syntax."""
+    file = write_plan(tmp_path, HOSTILE_TARGET.format(dossier=TINY / "dossier.yaml", target=target))
+    with pytest.raises(PlanInvalid) as caught:
+        load_plan(file)
+    assert f"[targets[0].{field}" in caught.value.message, caught.value.message
+    assert "\n" not in caught.value.message and caught.value.exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "{name: a, kind: docker, docker_host: 'tcp://gpu-01.lab.example:2376'}",
+        "{name: a, kind: docker, docker_host: 'ssh://ops@10.0.0.7:2222'}",
+        "{name: a, kind: docker, docker_host: 'tcp://[fd00::1]:2376'}",
+        "{name: a, kind: docker, docker_host: 'unix:///var/run/docker.sock'}",
+        "{name: a, kind: slurm, partition: gpu-a100.q, shared_dir: s, sbatch_args: ['--account=ml', '--qos=night']}",
+    ],
+)
+def test_real_endpoints_and_slurm_values_still_load(tmp_path: Path, target: str) -> None:
+    file = write_plan(tmp_path, HOSTILE_TARGET.format(dossier=TINY / "dossier.yaml", target=target))
+    assert load_plan(file).model.targets[0].name == "a"
+
+
+@pytest.mark.parametrize("history", ["/", "/etc", "/usr", "/var/lib", "/tmp"])
+def test_a_system_folder_as_history_is_refused(tmp_path: Path, history: str) -> None:
+    file = write_plan(tmp_path, BASE.format(dossier=TINY / "dossier.yaml").replace("history: h", f"history: {history}"))
+    with pytest.raises(PlanInvalid, match=r"\[history\]: .* is a system folder"):
+        load_plan(file)
+
+
+def test_a_history_folder_holding_other_things_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "thesis.tex").write_text("not a night")
+    file = write_plan(tmp_path, BASE.format(dossier=TINY / "dossier.yaml"))
+    with pytest.raises(PlanInvalid, match=r"\[history\]: .*holds 'thesis.tex', which is not part of an orch history"):
+        load_plan(file)
+    (tmp_path / "h" / "thesis.tex").unlink()
+    (tmp_path / "h" / "nights").mkdir()
+    assert load_plan(file).history == (tmp_path / "h").resolve() or load_plan(file).history.name == "h"
