@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -98,12 +99,40 @@ def observe_interpreter(python: Path) -> dict[str, Any]:
     return document
 
 
+#: A variable of the numerics table whose name says it holds a secret (`PYTORCH_HUB_TOKEN`): never recorded.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE|AUTH", re.IGNORECASE)
+#: A value that looks like a credential whatever its name: a known token format, or one long run of
+#: letters and digits (numerics settings are short words, numbers and `key:value` lists).
+_SECRET_VALUE = re.compile(
+    r"(?:hf|ghp|gho|ghs|ghu|github_pat|glpat|sk|xox[abpr])[_-][A-Za-z0-9_-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|(?=[A-Za-z0-9+/_=-]*[0-9])(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{32,}"
+)
+#: What a value that looks like a credential is recorded as.
+WITHHELD = "<withheld: looks like a credential>"
+
+
+def _numerics_name(key: str) -> bool:
+    return key.startswith(NUMERICS_PREFIXES) or key in NUMERICS_NAMES or key.endswith(VISIBLE_SUFFIX)
+
+
 def numerics_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of the numerics table (NUMERICS_PREFIXES, NUMERICS_NAMES, `*_VISIBLE_DEVICES`) and their
+    values, except what may be a secret: a name that says so is left out, a value that looks like one is
+    recorded as WITHHELD (`withheld_numerics` names both, for the record's notes)."""
     return {
-        key: value
+        key: WITHHELD if _SECRET_VALUE.search(value) else value
         for key, value in sorted(environ.items())
-        if key.startswith(NUMERICS_PREFIXES) or key in NUMERICS_NAMES or key.endswith(VISIBLE_SUFFIX)
+        if _numerics_name(key) and not _SECRET_NAME.search(key)
     }
+
+
+def withheld_numerics(environ: Mapping[str, str]) -> list[str]:
+    """The numerics variables `numerics_environment` left out or withheld, by name (their values never shown)."""
+    return [
+        key
+        for key, value in sorted(environ.items())
+        if _numerics_name(key) and (_SECRET_NAME.search(key) or _SECRET_VALUE.search(value))
+    ]
 
 
 def code_revision(code: Path) -> dict[str, Any]:

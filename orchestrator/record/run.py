@@ -28,7 +28,13 @@ from orchestrator.errors import BadInput
 from orchestrator.model.platform import Platform
 from orchestrator.record.draft import Mapped, container_command, draft_document, identifier
 from orchestrator.record.image import ImageObservation, base_for, observe_image
-from orchestrator.record.observe import code_revision, host_facts, numerics_environment, observe_interpreter
+from orchestrator.record.observe import (
+    code_revision,
+    host_facts,
+    numerics_environment,
+    observe_interpreter,
+    withheld_numerics,
+)
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
 from orchestrator.record.redaction import Redaction, Redactor
 
@@ -66,17 +72,39 @@ class RecordResult:
     requirements: list[str] = field(default_factory=list)
 
 
-def _copy_tree(source: Path, dest: Path, skip: set[Path]) -> None:
+def _copy_tree(source: Path, dest: Path, skip: set[Path]) -> list[str]:
+    """Copy the regular files under `source`; the symbolic links it holds (files or folders) are not followed
+    nor copied, and are returned (relative paths) so that the record can say which."""
+    links: list[str] = []
     for root, dirs, files in os.walk(source):
         here = Path(root)
+        links += sorted((here / d).relative_to(source).as_posix() for d in dirs if (here / d).is_symlink())
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and (here / d).resolve() not in skip)
         for name in sorted(files):
             path = here / name
-            if path.is_symlink() or not path.is_file() or name.endswith(".pyc"):
+            if path.is_symlink():
+                links.append(path.relative_to(source).as_posix())
+                continue
+            if not path.is_file() or name.endswith(".pyc"):
                 continue
             target = dest / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
+    return sorted(links)
+
+
+def links_note(folder: str, links: list[str]) -> str | None:
+    """The record's note on the links `_copy_tree` left out of `folder` (their targets are not shown: a
+    target is often a path on this machine)."""
+    if not links:
+        return None
+    shown = ", ".join(f"{folder}/{link}" for link in links[:5]) + (
+        f" and {len(links) - 5} more" if len(links) > 5 else ""
+    )
+    return (
+        f"{shown}: symbolic link(s) in the code folder, not copied (orch copies regular files only: a link may point "
+        "outside the code, to a file the rebuilding team does not have); copy what the app needs into the folder"
+    )
 
 
 def _requirements(document: dict[str, Any], notes: list[str]) -> list[str]:
@@ -188,7 +216,9 @@ def record_reference(request: RecordRequest) -> RecordResult:
     try:
         (staging / "record").mkdir()
         skip = {request.outputs.resolve(), *(p.resolve() for p in (*request.data, *request.weights))}
-        _copy_tree(request.code, staging / "app", skip)
+        note = links_note("app", _copy_tree(request.code, staging / "app", skip))
+        if note:
+            notes.append(note)
         mapped = [Mapped(str(request.outputs), "/orch/output"), Mapped(str(request.outputs.resolve()), "/orch/output")]
         inputs: list[dict[str, str]] = []
         for path in request.data:
@@ -251,6 +281,12 @@ def record_reference(request: RecordRequest) -> RecordResult:
 
         code = redactor.value(code_revision(request.code), "code")
         environ = image.environment if image is not None else os.environ
+        withheld = withheld_numerics(environ)
+        if withheld:
+            notes.append(
+                f"{', '.join(withheld)}: numerics variable(s) whose name or value looks like a credential, left out of "
+                "the record or recorded as withheld; if one changes results, write its value into the dossier by hand"
+            )
         environment = {
             "interpreter": redactor.value(observed, "environment"),
             "numerics_environment": redactor.value(numerics_environment(environ), "environment variables"),
