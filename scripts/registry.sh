@@ -31,7 +31,7 @@ say() { echo "registry: $*" >&2; }
 # 200 (open) or 401 (auth required): the registry's API root answers either way.
 answers() {
   local code
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://$addr/v2/" 2>/dev/null || true)
+  code=$(curl -s --noproxy '*' -o /dev/null -w '%{http_code}' --max-time 3 "http://$addr/v2/" 2>/dev/null || true)
   [ "$code" = 200 ] || [ "$code" = 401 ]
 }
 

@@ -52,6 +52,9 @@ class Registry:
             "ORCH_REGISTRY_ADDR": self.address,
             "ORCH_REGISTRY_DIR": str(self.folder),
             "ORCH_REGISTRY_PASSWORD": self.password,
+            # The suite's builds can saturate the disk of a 2-core machine: docker-registry's first start from a
+            # cold page cache once took over the script's default 30 s there (a CI run; alone it takes 1 s).
+            "ORCH_REGISTRY_WAIT": "120",
         }
         return subprocess.run([str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=600, check=False)
 
