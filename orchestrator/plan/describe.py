@@ -278,7 +278,7 @@ def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]
             if step.sample_alongside:
                 what = (
                     "run the device probe, the sample's container started at the same time (CPU platform: "
-                    "the sample counts only if this stage passes; otherwise it is stopped, its outputs unread)"
+                    "the sample counts only if this stage passes; otherwise it is stopped, its outputs removed)"
                 )
             return PlannedCall(step.name, what, tuple(details))
         case SampleStage():

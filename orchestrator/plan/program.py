@@ -268,7 +268,7 @@ def sample_runs_alongside(platform: Platform, stop_after_failure: bool) -> bool:
     starts before the device stage saw the GPU (no silent CPU fallback, not even for the seconds the probe
     takes). Not for `orch verify` (`stop_after_failure`): a replay runs nothing past its first failure.
     Either way a failed device stage leaves the sample `not_run`: a sample started alongside is stopped and
-    its outputs are not read. The two are separate containers (own processes, file systems, no shared
+    its outputs are removed unread. The two are separate containers (own processes, file systems, no shared
     mount), so the probe cannot change what the sample computes; tests/integration/test_probe_alongside.py
     compares the outputs of both orders byte for byte."""
     return platform == "cpu" and not stop_after_failure

@@ -16,6 +16,7 @@ report says so. Every container is labelled and removed, also on failure, timeou
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -181,7 +182,9 @@ def do_sample_stage(step: SampleStage, run: Run) -> StepOutcome:
         reason = f"device stage failed ({device.first_error.step}): no silent CPU fallback"
         if run.alongside is not None:
             stop_alongside(run)
-            reason += "; the sample's container, started with the device probe's, was stopped and its outputs not read"
+            # What it wrote before it was stopped is no result: the folder is emptied, not left to be mistaken.
+            shutil.rmtree(step.run.folders.output, ignore_errors=True)
+            reason += "; the sample's container, started with the device probe's, was stopped and its outputs removed"
         run.stages["sample"] = not_run("sample", reason)
         return StepOutcome("skipped", reason)
     assert run.image is not None

@@ -298,7 +298,8 @@ def test_a_device_that_is_not_the_expected_one_fails_and_the_sample_is_not_run(
     assert report.stages["device"].first_error.step == "torch is a CPU build"
     reason = report.stages["sample"].reason or ""
     assert reason.startswith("device stage failed (torch is a CPU build): no silent CPU fallback")
-    assert "was stopped and its outputs not read" in reason
+    assert "was stopped and its outputs removed" in reason
+    assert not (tmp_path / "sample-output").exists(), "a sample that does not count leaves no outputs behind"
 
 
 def test_a_sample_that_exits_non_zero_fails_its_stage(tiny: LoadedDossier, tmp_path: Path) -> None:
