@@ -86,11 +86,17 @@ def test_stopping_removes_the_running_sample_by_its_own_label_and_waits_for_it(t
 
 
 def test_two_runs_label_their_samples_apart(tmp_path: Path) -> None:
-    loaded, plan = _tiny_plan(tmp_path)
+    # Each run has its own output folder, as two real runs would: two samples preparing one folder at once
+    # race on it (one's rmtree against the other's mkdir), which a CI run once saw as a sample that never started.
+    plans = [_tiny_plan(tmp_path / name) for name in ("first", "second")]
     engines = [_BlockingEngine(), _BlockingEngine()]
-    runs = [alongside.start_alongside(engine, loaded, plan) for engine in engines]  # type: ignore[arg-type]
+    runs = [
+        alongside.start_alongside(engine, loaded, plan)  # type: ignore[arg-type]
+        for engine, (loaded, plan) in zip(engines, plans, strict=True)
+    ]
     assert runs[0].label != runs[1].label
     for engine, started in zip(engines, runs, strict=True):
-        assert engine.started.wait(30)
+        if not engine.started.wait(30):
+            pytest.fail(f"the sample never started: {started.future.exception(timeout=1)!r}")
         alongside.stop(engine, started)  # type: ignore[arg-type]
         assert engine.removed == [started.label]
