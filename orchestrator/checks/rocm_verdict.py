@@ -46,6 +46,14 @@ def rocm_verdict(
             "/opt/rocm/.info/version inside the image has it), so the host driver cannot be checked against it."
         )
         return _verdict("unknown", explanation, requirement, host_text)
+    if host.driver_version is None and host.source == "rocminfo":
+        explanation = (
+            f"The image needs ROCm {image}; the amdgpu driver's version is unknown: this host is known only from "
+            "rocminfo's output, which does not state it, so it cannot be checked against AMD's user/kernel-space "
+            "support matrix (`cat /sys/module/amdgpu/version` or `amd-smi version` on the host says it); the device "
+            "probe will show whether the GPU works."
+        )
+        return _verdict("unknown", explanation, requirement, host_text)
     if host.driver_version is None:
         explanation = (
             f"The image needs ROCm {image}; this host runs the kernel's in-tree amdgpu driver, which AMD's "
@@ -100,7 +108,13 @@ def _no_amd_gpu(kfd_present: bool, host: AmdDriverFacts | None, image: Version |
 def _amd_host_text(host: AmdDriverFacts | None) -> str | None:
     if host is None:
         return None
-    driver = f"amdgpu {host.driver_version}" if host.driver_version else "in-tree amdgpu"
+    driver = (
+        f"amdgpu {host.driver_version}"
+        if host.driver_version
+        else "amdgpu (version unknown)"
+        if host.source == "rocminfo"
+        else "in-tree amdgpu"
+    )
     return f"{driver} (ROCm {host.rocm_version})" if host.rocm_version else driver
 
 

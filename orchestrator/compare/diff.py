@@ -114,7 +114,7 @@ def _host_amd(key: Literal["driver_version", "rocm_version"]) -> Callable[[Side]
             return _show(None)
         value = amd.driver_version if key == "driver_version" else amd.rocm_version
         if key == "driver_version" and value is None:
-            return "in-tree amdgpu"
+            return "unknown" if amd.source == "rocminfo" else "in-tree amdgpu"
         return _show(value)
 
     return read

@@ -24,7 +24,7 @@ ROCM_INFO_VERSION = "opt/rocm/.info/version"
 KERNEL_RELEASE = "proc/sys/kernel/osrelease"
 
 #: Where the driver facts came from (AmdDriverFacts.source).
-AmdSource = Literal["amd-smi", "rocm-smi", "sysfs", "kfd"]
+AmdSource = Literal["amd-smi", "rocm-smi", "sysfs", "kfd", "rocminfo"]
 
 #: PCI vendor id of AMD/ATI (0x1002), as KFD's `vendor_id` prints it.
 AMD_VENDOR_ID = 0x1002
@@ -171,15 +171,20 @@ def collect_amd(
     tool's output); off on a live host, where no KFD means no GPU a container could reach."""
     notes: list[str] = []
     gpus = kfd_gpus(root)
+    from_rocminfo = False
     if not gpus:
         notes.append(f"AMD: no GPU node in the KFD topology (/{KFD_NODES})")
         gpus = _gpus_from_rocminfo(run, notes) if rocminfo_fallback else []
         if not gpus:
             return None, notes
+        from_rocminfo = True
     kernel = _read_line(root / KERNEL_RELEASE)
     driver = _read_line(root / AMDGPU_MODULE_VERSION)
-    source: AmdSource = "sysfs" if driver else "kfd"
-    if driver is None:
+    source: AmdSource = "sysfs" if driver else "rocminfo" if from_rocminfo else "kfd"
+    if driver is None and from_rocminfo:
+        # No KFD topology was read, so nothing says which amdgpu module is loaded: unknown, not "in-tree".
+        notes.append(f"/{AMDGPU_MODULE_VERSION}: not available with the GPUs known from rocminfo; driver unknown")
+    elif driver is None:
         notes.append(f"/{AMDGPU_MODULE_VERSION}: absent (the kernel's in-tree amdgpu driver, not an error)")
     info = _read_line(root / ROCM_INFO_VERSION)
     rocm = parse_rocm_info_version(info) if info is not None else None

@@ -341,8 +341,12 @@ def read_l4t_release(root: Path) -> str | None:
 
 
 def _from_module_files(root: Path, proc_version: str | None, flavour: KernelModule | None) -> NvidiaDriverFacts | None:
-    if read_l4t_release(root) is not None:
-        return None  # a Jetson's module files carry the L4T release, which is not a driver version
+    l4t = read_l4t_release(root)
+    if l4t is not None:
+        # A Jetson's GPU driver is part of L4T: its module reports the L4T release (35.3.1), which is reported
+        # as the driver, marked as such, so that the host stage finds a driver and the verdict takes its own
+        # Jetson case; never compared with the desktop driver table (the "L4T " prefix keeps it from parsing).
+        return NvidiaDriverFacts(source="l4t", driver_version=f"L4T {l4t}", kernel_module=flavour)
     # /sys/module first: it is the bare version, the same for both module flavours.
     text = _read(root / SYS_MODULE_VERSION)
     sys_version = parse_sys_module_version(text) if text is not None else None

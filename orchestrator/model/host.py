@@ -21,8 +21,10 @@ class NvidiaGpu(Frozen):
 
 
 class NvidiaDriverFacts(Frozen):
-    #: Where the facts came from, best first: NVML, nvidia-smi, /sys/module, /proc/driver.
-    source: Literal["nvml", "nvidia-smi", "sysfs", "procfs"]
+    #: Where the facts came from, best first: NVML, nvidia-smi, /sys/module, /proc/driver; "l4t": a Jetson's
+    #: kernel module, whose version is its L4T release (the driver is part of L4T).
+    source: Literal["nvml", "nvidia-smi", "sysfs", "procfs", "l4t"]
+    #: The driver version ("550.54.15"); on a Jetson read from its module, its L4T release ("L4T R35.3.1").
     driver_version: str | None
     #: The newest CUDA the driver supports (NVML / nvidia-smi banner), e.g. "12.4"; not a toolkit.
     cuda_driver_version: str | None = None
@@ -41,7 +43,9 @@ class AmdGpu(Frozen):
 
 
 class AmdDriverFacts(Frozen):
-    source: Literal["amd-smi", "rocm-smi", "sysfs", "kfd"]
+    #: "rocminfo": the GPUs were known only from rocminfo's output (a capture without the KFD topology), so a
+    #: None driver_version means *unknown*, not the in-tree driver.
+    source: Literal["amd-smi", "rocm-smi", "sysfs", "kfd", "rocminfo"]
     #: DKMS amdgpu version (/sys/module/amdgpu/version); None with the in-tree driver, which is not an error.
     driver_version: str | None
     rocm_version: str | None = None

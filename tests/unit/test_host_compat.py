@@ -312,6 +312,14 @@ def test_rocm_in_tree_driver_is_unknown() -> None:
     assert verdict.status == "unknown" and "in-tree amdgpu driver" in verdict.explanation
 
 
+def test_a_host_known_only_from_rocminfo_has_an_unknown_driver_not_an_in_tree_one() -> None:
+    known_from_rocminfo = amd(None, None).model_copy(update={"source": "rocminfo"})
+    verdict = rocm_verdict("6.2", known_from_rocminfo, kfd_present=True)
+    assert verdict.status == "unknown"
+    assert "version is unknown" in verdict.explanation and "in-tree" not in verdict.explanation
+    assert verdict.host_driver == "amdgpu (version unknown)"
+
+
 def test_rocm_without_a_host_release_is_unknown() -> None:
     assert rocm_verdict("6.2", amd("6.8.5", None), kfd_present=True).status == "unknown"
     assert rocm_verdict(None, amd("6.8.5", "6.2.0"), kfd_present=True).status == "unknown"

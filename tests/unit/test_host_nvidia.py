@@ -339,3 +339,32 @@ def test_the_default_runner_is_looked_up_at_call_time(tmp_path: Path) -> None:
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+# A Jetson Orin's /proc/driver/nvidia/version (https://github.com/nix-community/nixGL/issues/139): its module
+# reports the L4T release, which stands as the driver (issue 26), so the host stage finds a driver on a Jetson.
+JETSON_ORIN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  35.3.1  Release Build  "
+    "(buildbrain@mobile-u64-6289-d7000)  Sun Mar 19 08:09:33 PDT 2023\n"
+    "GCC version:  gcc version 9.3.0 (Buildroot 2020.08) \n"
+)
+
+
+def test_a_jetsons_module_reports_its_l4t_release_as_the_driver_with_its_kind(tmp_path: Path) -> None:
+    from orchestrator.checks.host_layer import host_checks
+    from orchestrator.model.host import HostFacts
+
+    write(tmp_path / "proc/driver/nvidia/version", JETSON_ORIN)
+    facts, _notes = collect_nvidia(tmp_path, FakeRun())
+    assert facts is not None
+    assert (facts.source, facts.driver_version, facts.kernel_module) == ("l4t", "L4T R35.3.1", "open")
+    host = HostFacts(kernel="5.10.104-tegra", nvidia=facts, amd=None, docker=None, l4t_release="R35.3.1")
+    present = host_checks("cuda", host, _needs(), None, None)[0]
+    assert present.name == "NVIDIA driver present" and present.passed, present
+    assert present.observed.startswith("L4T R35.3.1 (l4t)")
+
+
+def _needs() -> Any:
+    from orchestrator.checks.host_layer import image_needs
+
+    return image_needs({"CUDA_VERSION": "11.4"}, None)
