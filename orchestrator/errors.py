@@ -156,6 +156,17 @@ class ImageNotBuilt(EnvironmentFailure):
     code = "image-not-built"
 
 
+class ContainerStartFailed(EnvironmentFailure):
+    """The daemon or its runtime refused to start a container (GPU mapping, the container toolkit, CDI).
+    `raw` is the daemon's own message; the message says what the failure catalogue makes of it."""
+
+    code = "container-start"
+
+    def __init__(self, message: str, *, raw: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.raw = raw
+
+
 class RegistryError(EnvironmentFailure):
     """A registry refused or did not answer a push or pull (down, unauthorised, no such digest).
 

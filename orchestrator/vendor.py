@@ -85,14 +85,36 @@ class FailureExampleRow(_Row):
     source: str
 
 
+#: The error vocabularies a cause is keyed on: the CUDA runtime's and driver's, HIP's, NVML's and HSA's numbered
+#: errors, and the start errors of the NVIDIA container toolkit, CDI and the Docker daemon (strings in their sources).
+FailureCodeKind = Literal["cudaError_t", "CUresult", "hipError_t", "nvmlReturn_t", "hsa_status_t", "start-error"]
+
+
+class FailureCodeRow(_Row):
+    """One vendor error that identifies the cause, in whatever wording a tool prints it: its enum name, its
+    number (numbered kinds only, matched next to the vendor's word, "CUDA error 35"), its error string."""
+
+    kind: FailureCodeKind
+    name: str | None = None
+    number: int | None = None
+    #: The vendor's own error string (cudaGetErrorString, hipGetErrorString, nvmlErrorString, a format string).
+    text: str | None = None
+
+
 class FailureRow(_Row):
     id: str
     layer: Literal["host", "device", "sample"]
-    #: Python regular expressions searched in a failure message.
-    patterns: tuple[str, ...] = Field(min_length=1)
+    #: Where the cause shows: a container's start (the daemon / runtime), a probe in the image, a captured command.
+    appears_in: tuple[Literal["container-start", "probe", "captured-command"], ...] = Field(min_length=1)
+    #: The vendor errors that identify the cause across tools and wordings.
+    codes: tuple[FailureCodeRow, ...] = ()
+    #: Further wordings (Python regular expressions), for causes a tool reports in its own words.
+    patterns: tuple[str, ...] = ()
     cause: str
     next_step: str
-    examples: tuple[FailureExampleRow, ...]
+    #: Where the codes are defined: the vendor's error list or source file.
+    vendor_sources: tuple[str, ...] = Field(min_length=1)
+    examples: tuple[FailureExampleRow, ...] = Field(min_length=1)
 
 
 class FailuresFile(_Row):

@@ -1,8 +1,13 @@
 """The failure catalogue (data/failures.json): which known cause a failure message shows, and what to do.
 
-Every GPU failure orch meets — from the daemon, the NVIDIA container toolkit, the driver, NVML, torch/CUDA and
-HIP/ROCm — arrives as text. The catalogue maps it to the layer that failed (host / device / sample), the cause
-in one sentence and the next step. Pure: the matcher reads text, never the machine.
+Every GPU failure orch meets — from the daemon, the NVIDIA container toolkit, CDI, the driver, NVML, the CUDA
+runtime, torch and HIP/ROCm — arrives as text, in whatever words the tool that met it chose. Each catalogue entry
+is keyed on what identifies its cause across those wordings: the vendor's error codes (a `cudaError_t` or
+`hipError_t` name, its number printed next to the vendor's word, its error string; NVML return codes; the toolkit's,
+CDI's and the daemon's start-error strings), with further wordings as regular expressions only where a tool words
+the cause its own way. The same matcher reads a container's start error, a probe's stderr and exception, and a
+captured command's output. A failure no entry explains is still named by the layer where it was seen, with its raw
+text and the next diagnostic step, never with a guessed cause. Pure: the matcher reads text, never the machine.
 """
 
 from __future__ import annotations
@@ -12,9 +17,17 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from orchestrator.vendor import failure_rows
+from orchestrator.vendor import FailureCodeRow, failure_rows
 
 Layer = Literal["host", "device", "sample"]
+#: Where a failure was seen, and so the layer an unexplained one is named by.
+Seen = Literal["container-start", "probe", "captured-command"]
+SEEN_LAYER: dict[Seen, Layer] = {"container-start": "host", "probe": "device", "captured-command": "host"}
+#: The next diagnostic step for a failure orch does not know.
+UNKNOWN_NEXT_STEP = (
+    "Run `orch doctor --capture DIR` on this host and read the capture with `orch doctor --from DIR`; the host's "
+    "`dmesg` (NVRM/Xid or amdgpu lines) and the daemon's log usually name the failing part."
+)
 
 
 @dataclass(frozen=True)
@@ -27,10 +40,14 @@ class Example:
 class FailureCause:
     id: str
     layer: Layer
+    appears_in: tuple[Seen, ...]
     patterns: tuple[re.Pattern[str], ...]
     cause: str
     next_step: str
+    vendor_sources: tuple[str, ...]
     examples: tuple[Example, ...]
+    #: The vendor codes' names ("cudaErrorInsufficientDriver = 35"), for the docs.
+    codes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,16 +63,52 @@ class Explanation:
         return f"[{self.cause.layer}] {self.cause.cause}{detail} Next: {self.cause.next_step}"
 
 
+# The vendor's word printed before an error number, per numbered kind: "CUDA error 35", "cuda runtime error (35)",
+# "CUDA failure 35", "CUDA_ERROR 803", "CUDA error: 35 (0x23)", "cudaGetDeviceCount returned 35", "HIP error 98".
+_NUMBER_CONTEXT = {
+    "cudaError_t": r"\bcuda(?:[ _-]?(?:runtime|driver|rt))?[ _-]?(?:api[ _-]?)?(?:error|failure|err|status)\b",
+    "CUresult": r"\bcu(?:da)?(?:[ _-]?driver)?[ _-]?(?:api[ _-]?)?(?:error|failure|result|status)\b",
+    "hipError_t": r"\bhip(?:[ _-]?runtime)?[ _-]?(?:api[ _-]?)?(?:error|failure|status)\b",
+}
+_RETURNED = {"cudaError_t": r"\bcu\w*", "CUresult": r"\bcu\w*", "hipError_t": r"\bhip\w*"}
+
+
+def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
+    """The regular expressions one vendor code is recognised by: its name as a word, its error string (any case,
+    any spacing), its number next to the vendor's word (numbered kinds only)."""
+    found: list[re.Pattern[str]] = []
+    if code.name:
+        found.append(re.compile(rf"\b{re.escape(code.name)}\b"))
+    if code.text:
+        words = [re.escape(word) for word in code.text.split()]
+        found.append(re.compile(r"\s+".join(words), re.IGNORECASE))
+    if code.number is not None and code.kind in _NUMBER_CONTEXT:
+        number = rf"\(?{code.number}\)?(?![\d.])"
+        # Up to 16 non-digits between the word and the number: ": ", " (", "=", ": error code ", ": [".
+        found.append(re.compile(rf"{_NUMBER_CONTEXT[code.kind]}[^\n\d]{{0,16}}?{number}", re.IGNORECASE))
+        found.append(re.compile(rf"{_RETURNED[code.kind]}\s+returned\s+{number}", re.IGNORECASE))
+    return found
+
+
+def _code_label(code: FailureCodeRow) -> str:
+    name = code.name or code.text or code.kind
+    return f"{name} = {code.number}" if code.number is not None else name
+
+
 @cache
 def catalogue() -> tuple[FailureCause, ...]:
     return tuple(
         FailureCause(
             id=entry.id,
             layer=entry.layer,
-            patterns=tuple(re.compile(pattern) for pattern in entry.patterns),
+            appears_in=entry.appears_in,
+            patterns=tuple(pattern for code in entry.codes for pattern in code_patterns(code))
+            + tuple(re.compile(pattern) for pattern in entry.patterns),
             cause=entry.cause,
             next_step=entry.next_step,
+            vendor_sources=entry.vendor_sources,
             examples=tuple(Example(example.message, example.source) for example in entry.examples),
+            codes=tuple(_code_label(code) for code in entry.codes),
         )
         for entry in failure_rows()
     )
@@ -86,6 +139,40 @@ def _detail(cause_id: str, match: re.Match[str]) -> str:
     return ""
 
 
+def failure_lines(text: str, limit: int = 3) -> str:
+    """The lines of a failure worth quoting: those that look like the error, else the last ones, cut short."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    marked = [line for line in lines if re.search(r"(?i)error|fail|unable|cannot|could not|denied|no such", line)]
+    chosen = (marked or lines)[-limit:]
+    return " / ".join(line[:300] for line in chosen) or "no output"
+
+
+def unexplained(seen: Seen, text: str, where: str | None = None) -> dict[str, str]:
+    """A failure no catalogue entry explains, as a report entry: the layer where it was seen, orch's plain
+    admission that it does not know the message, the raw text, and the next diagnostic step. `where`: the
+    report's name for the text ("command nvidia-smi"), by default the place it was seen."""
+    layer = SEEN_LAYER[seen]
+    return {
+        "id": "unknown",
+        "layer": layer,
+        "seen_in": where or seen.replace("-", " "),
+        "message": failure_lines(text),
+        "cause": f"orch does not know this message (seen at {seen.replace('-', ' ')}, layer {layer}).",
+        "next_step": UNKNOWN_NEXT_STEP,
+    }
+
+
+def explain_failure(seen: Seen, text: str) -> tuple[str, str]:
+    """(what failed and why, what to do) for one failure text: the first catalogued cause, or the plain
+    admission that orch does not know it, with its raw lines and the next diagnostic step."""
+    first = explain_first(text)
+    if first is None:
+        entry = unexplained(seen, text)
+        return f"{entry['cause']} It said: {entry['message']}", entry["next_step"]
+    detail = f" ({first.detail})" if first.detail else ""
+    return f"[{first.cause.layer}] {first.cause.cause}{detail}", first.cause.next_step
+
+
 def troubleshooting_section() -> str:
     """The generated catalogue section of docs/troubleshooting.md (a test keeps the file in step)."""
     lines = [
@@ -100,7 +187,12 @@ def troubleshooting_section() -> str:
             "",
             f"**Next step.** {cause.next_step}",
             "",
+            f"**Appears at.** {', '.join(seen.replace('-', ' ') for seen in cause.appears_in)}.",
+            "",
         ]
+        if cause.codes:
+            lines += [f"**Keyed on.** {', '.join(f'`{code}`' for code in cause.codes)}.", ""]
+        lines += [f"**Defined in.** {', '.join(f'<{source}>' for source in cause.vendor_sources)}", ""]
         lines.append("Seen as:")
         lines.append("")
         for example in cause.examples:

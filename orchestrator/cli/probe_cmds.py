@@ -253,14 +253,13 @@ def doctor(
     from_dir: Path | None,
 ) -> None:
     """Diagnose this host: GPU driver, the daemon's GPU support, and whether it can run a dossier's image on its GPU."""
-    from orchestrator.checks.failures import explanations_for_report
     from orchestrator.cli.console import make_console
     from orchestrator.cli.summary import print_doctor
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.errors import BadInput, VerdictFailed
     from orchestrator.host.capture import facts_from_capture, read_capture, write_capture
-    from orchestrator.pipeline.doctor import diagnose
+    from orchestrator.pipeline.doctor import capture_explanations, diagnose
 
     if capture_dir is not None and from_dir is not None:
         raise BadInput("--capture and --from: choose one (capture this host, or read a capture)")
@@ -269,8 +268,7 @@ def doctor(
         capture = read_capture(from_dir)
         facts = facts_from_capture(capture)
         diagnosis = diagnose(None, loaded, host_facts=lambda _info: facts, gpus=gpus, environ=capture.env)
-        explained = explanations_for_report(dict(capture.logs()))
-        diagnosis = diagnosis.model_copy(update={"explanations": explained})
+        diagnosis = diagnosis.model_copy(update={"explanations": capture_explanations(capture)})
     else:
         if capture_dir is not None:
             manifest = write_capture(capture_dir)

@@ -19,8 +19,9 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from orchestrator.checks.failures import explain_failure
 from orchestrator.engine import IMAGE_REMOVED_HINT, MANAGED_LABEL, CopyOut, RunOutcome, Served
-from orchestrator.errors import EnvironmentFailure, ImageNotBuilt
+from orchestrator.errors import ContainerStartFailed, EnvironmentFailure, ImageNotBuilt
 from orchestrator.model.platform import LABEL_PREFIX
 from orchestrator.plan.specs import Hardening, RunSpec, ServiceSpec
 from orchestrator.redact import redact
@@ -113,6 +114,34 @@ def _copy_out(container: Any, copy: CopyOut) -> None:
             break  # the reader sees more than max_bytes and refuses the archive
 
 
+def start_failure(image: str, raw: str) -> ContainerStartFailed:
+    """A container that would not start, explained by the failure catalogue (its cause and next step), or named
+    as a failure orch does not know, with the daemon's words and the next diagnostic step."""
+    said, next_step = explain_failure("container-start", raw)
+    return ContainerStartFailed(
+        f"a container of {image} did not start: {said}\nthe daemon said: {redact(raw.strip())[:2000]}",
+        raw=raw,
+        hint=f"next: {next_step}",
+    )
+
+
+def _create_and_start(client: docker.DockerClient, image: str, **kwargs: Any) -> Any:
+    """Create and start; the daemon's and runtime's GPU errors surface here (the toolkit's hook, CDI)."""
+    try:
+        container = _create(client, image, **kwargs)
+    except docker.errors.ImageNotFound:
+        raise
+    except docker.errors.APIError as exc:
+        raise start_failure(image, str(exc.explanation)) from None
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+        raise start_failure(image, str(exc.explanation)) from None
+    return container
+
+
 def run(
     client: docker.DockerClient, engine_labels: Mapping[str, str], spec: RunSpec, copy: CopyOut | None
 ) -> RunOutcome:
@@ -123,7 +152,7 @@ def run(
     started = time.monotonic()
     container = None
     try:
-        container = _create(
+        container = _create_and_start(
             client,
             spec.image,
             labels={**engine_labels, **spec.labels},
@@ -141,7 +170,6 @@ def run(
             group_add=list(spec.group_add) or None,
             shm_size=spec.shm_size,
         )
-        container.start()
         timed_out = False
         exit_code: int | None
         try:
@@ -169,15 +197,7 @@ def run(
     except docker.errors.ImageNotFound:
         raise ImageNotBuilt(f"image {spec.image} is not in the engine", hint=IMAGE_REMOVED_HINT) from None
     except docker.errors.APIError as exc:
-        # GPU mapping errors surface at start (HTTP 400 "could not select device driver ..."): name them.
-        explanation = str(exc.explanation)
-        if "could not select device driver" in explanation:
-            raise EnvironmentFailure(
-                f"the Docker daemon cannot map NVIDIA GPUs: {explanation}",
-                hint="Install the NVIDIA Container Toolkit on this host and restart dockerd "
-                "(nvidia-ctk runtime configure --runtime=docker), or generate CDI specs (nvidia-ctk cdi generate).",
-            ) from None
-        raise EnvironmentFailure(f"running a container of {spec.image} failed: {explanation}") from None
+        raise EnvironmentFailure(f"running a container of {spec.image} failed: {exc.explanation}") from None
     finally:
         if container is not None:
             with contextlib.suppress(docker.errors.NotFound):

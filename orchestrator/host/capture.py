@@ -255,6 +255,21 @@ class Capture:
                 return (self.folder / stored).read_text(encoding="utf-8", errors="replace")
         return None
 
+    def failed_commands(self) -> list[tuple[list[str], int, str]]:
+        """(argv, return code, output) of each captured command that failed or wrote to stderr: its output and
+        the first line of its stderr, where a tool that cannot reach the driver says why."""
+        failed = []
+        for entry in self.manifest.get("commands", []):
+            if "stdout" not in entry:
+                continue
+            returncode = int(entry.get("returncode", 0))
+            stderr = str(entry.get("stderr_first_line", ""))
+            if returncode == 0 and not stderr:
+                continue
+            stdout = (self.folder / str(entry["stdout"])).read_text(encoding="utf-8", errors="replace")
+            failed.append(([str(arg) for arg in entry["argv"]], returncode, "\n".join(filter(None, (stdout, stderr)))))
+        return failed
+
     def logs(self) -> dict[str, str]:
         return {
             entry["name"]: (self.folder / entry["file"]).read_text(encoding="utf-8", errors="replace")

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.checks.failures import explain, explanations_for_report, unexplained
 from orchestrator.checks.host_layer import (
     ImageNeeds,
     compat_verdict,
@@ -17,6 +18,7 @@ from orchestrator.checks.host_layer import (
 )
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, EngineInfo
+from orchestrator.host.capture import Capture
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import CompatVerdict, HostFacts
 from orchestrator.model.platform import Platform
@@ -36,7 +38,8 @@ class Diagnosis(BaseModel):
     gpu_mapping: str | None = None
     can_run: bool | None = None
     reason: str | None = None
-    #: Failure messages found in a host capture's logs, explained by the failure catalogue (data/failures.json).
+    #: Failures found in a host capture's logs and failed commands, explained by the failure catalogue
+    #: (data/failures.json), or named as unknown (id "unknown") with their raw text.
     explanations: list[dict[str, str]] = Field(default_factory=list)
 
 
@@ -94,3 +97,22 @@ def diagnose(
         can_run=ok,
         reason=reason,
     )
+
+
+def capture_explanations(capture: Capture) -> list[dict[str, str]]:
+    """What a host capture's failures mean: its logs (a start error, a probe's stderr) and the output of every
+    captured command that failed (nvidia-smi that cannot talk to the driver, an NVML mismatch), each explained by
+    the failure catalogue; a failure no entry knows is named with its raw text and the next diagnostic step."""
+    found = explanations_for_report(dict(capture.logs()))
+    known = {entry["id"] for entry in found}
+    for name, text in capture.logs().items():
+        if text.strip() and not explain(text):
+            found.append(unexplained("captured-command", text, where=f"log {name}"))
+    for argv, returncode, text in capture.failed_commands():
+        where = "command " + " ".join(argv)
+        explained = [entry for entry in explanations_for_report({where: text}) if entry["id"] not in known]
+        known |= {entry["id"] for entry in explained}
+        found += explained
+        if not explain(text) and returncode != 0:
+            found.append(unexplained("captured-command", text, where=where))
+    return found

@@ -12,10 +12,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.checks.extension import extension_check_lines
-from orchestrator.checks.failures import explanations_for_report
+from orchestrator.checks.failures import explanations_for_report, unexplained
 from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, describe_exit
-from orchestrator.errors import UnsafeOutput
+from orchestrator.errors import ContainerStartFailed, UnsafeOutput
 from orchestrator.model.checks import Check
 from orchestrator.model.device import DEVICE_FACTS, DeviceProbeReport
 from orchestrator.model.host import CompatVerdict
@@ -143,7 +143,19 @@ def device_stage(
             {"compatibility": verdict.model_dump()},
             error=StageError(step="compatibility", message=verdict.explanation),
         )
-    outcome = engine.run(spec)
+    try:
+        outcome = engine.run(spec)
+    except ContainerStartFailed as exc:
+        # The daemon or its runtime refused the GPU container: the device stage failed at its start, and the
+        # report says why in the catalogue's words (or that orch does not know the message), not a traceback.
+        explained = explanations_for_report({"container start": exc.raw}) or [unexplained("container-start", exc.raw)]
+        return stage_result(
+            "device",
+            started,
+            [],
+            {"gpu_mapping": mapping.description, "explanations": explained},
+            error=StageError(step="container start", message=exc.message),
+        )
     if outcome.timed_out:
         return stage_result(
             "device",
@@ -162,6 +174,9 @@ def device_stage(
         message = describe_exit(outcome, spec, "the probe only imports torch and runs two small operations")
         if explained:
             message += f". Known cause: {explained[0]['cause']} Next: {explained[0]['next_step']}"
+        elif outcome.stderr.strip() and not outcome.oom_killed:
+            explained = [unexplained("probe", outcome.stderr)]
+            message += f". {explained[0]['cause']} Next: {explained[0]['next_step']}"
         return stage_result(
             "device",
             started,
@@ -189,6 +204,10 @@ def device_stage(
             "CUDA/HIP init": report.cuda_error,
         }
     )
+    failure_text = report.cuda_error or report.torch_error
+    if not explained and failure_text:
+        # torch could not initialise the device and no catalogue entry knows why: say so, with the raw text.
+        explained = [unexplained("probe", failure_text)]
     if explained:
         facts["explanations"] = explained
     try:
