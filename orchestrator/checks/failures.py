@@ -87,6 +87,9 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
         # Up to 16 non-digits between the word and the number: ": ", " (", "=", ": error code ", ": [".
         found.append(re.compile(rf"{_NUMBER_CONTEXT[code.kind]}[^\n\d]{{0,16}}?{number}", re.IGNORECASE))
         found.append(re.compile(rf"{_RETURNED[code.kind]}\s+returned\s+{number}", re.IGNORECASE))
+        if code.kind == "CUresult":
+            # A driver call named with its result: "failed call to cuInit: UNKNOWN ERROR (34)".
+            found.append(re.compile(rf"\bcu[A-Z]\w*\b[^\n\d]{{0,40}}?{number}"))
     return found
 
 

@@ -50,3 +50,50 @@ def test_a_probe_that_died_is_explained_from_its_stderr() -> None:
     assert result.status == "failed" and result.first_error is not None
     assert "Known cause: The ROCm build has no code object for this GPU" in result.first_error.message
     assert result.model_dump(mode="json")["facts"]["explanations"][0]["id"] == "hip-no-binary-for-gpu"
+
+
+def test_the_driver_too_old_explanation_names_only_the_version_found() -> None:
+    warning = "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 12020)."
+    cause = _stage(_Runs(json.dumps(device_output(warnings=[warning], stderr="")))).model_dump(mode="json")["facts"][
+        "explanations"
+    ][0]["cause"]
+    assert "found version 12020 = CUDA 12.2" in cause and "11040" not in cause and "11.4" not in cause
+
+
+def test_a_probe_that_died_with_an_unknown_message_says_orch_does_not_know_it() -> None:
+    stderr = "Traceback (most recent call last):\nRuntimeError: frobnicator refused the quantum flux\n"
+    result = _stage(_Runs("", stderr=stderr, exit_code=1))
+    assert result.first_error is not None
+    message = result.first_error.message
+    assert "orch does not know this message (seen at probe, layer device)" in message
+    assert "orch doctor --capture" in message
+    (entry,) = result.model_dump(mode="json")["facts"]["explanations"]
+    assert entry["id"] == "unknown" and entry["layer"] == "device"
+    assert "frobnicator refused the quantum flux" in entry["message"]
+
+
+def test_a_cuda_error_the_catalogue_does_not_know_is_named_as_unknown_with_its_text() -> None:
+    output = device_output(stderr="")
+    output["cuda_error"] = "CUDA error: the launch timed out and was terminated by the watchdog of a new kind"
+    facts = _stage(_Runs(json.dumps(output))).model_dump(mode="json")["facts"]
+    (entry,) = facts["explanations"]
+    assert entry["id"] == "unknown" and "watchdog of a new kind" in entry["message"]
+
+
+class _Refuses:
+    """The daemon refusing the device container, in its real words (CDI not enabled, Docker 20.10–27)."""
+
+    def run(self, spec: RunSpec) -> RunOutcome:
+        from orchestrator.engine.docker_containers import start_failure
+
+        raise start_failure(spec.image, 'could not select device driver "cdi" with capabilities: []')
+
+
+def test_a_device_container_that_does_not_start_fails_the_device_stage_with_the_cause() -> None:
+    result = _stage(_Refuses())
+    assert result.status == "failed" and result.first_error is not None
+    assert result.first_error.step == "container start"
+    assert "[host] Docker has no `cdi` device driver" in result.first_error.message
+    (entry,) = result.model_dump(mode="json")["facts"]["explanations"]
+    assert (entry["id"], entry["seen_in"]) == ("cdi-driver-not-enabled", "container start")
+    assert '"features": {"cdi": true}' in entry["next_step"]

@@ -39,3 +39,38 @@ def test_doctor_from_a_folder_that_is_not_a_capture_is_bad_input(tmp_path: Path)
     result = CliRunner().invoke(cli, ["doctor", "--from", str(tmp_path)])
     assert isinstance(result.exception, BadInput) and result.exception.exit_code == 2
     assert "orch doctor --capture" in str(result.exception)
+
+
+def _capture_with_commands(folder: Path, commands: list[tuple[list[str], int, str]]) -> Path:
+    entries = []
+    for number, (argv, returncode, stdout) in enumerate(commands):
+        stored = f"commands/{number:02d}-{argv[0]}.txt"
+        (folder / "commands").mkdir(parents=True, exist_ok=True)
+        (folder / stored).write_text(stdout, encoding="utf-8")
+        entries.append({"argv": argv, "returncode": returncode, "stdout": stored})
+    manifest = {"format": "orch-host-capture/1", "commands": entries, "files": [], "devices": [], "env": {}, "logs": []}
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def test_doctor_from_explains_a_captured_commands_own_failure_and_names_an_unknown_one(tmp_path: Path) -> None:
+    # nvidia-smi's words from https://github.com/ci-for-research/self-hosted-runners/issues/40; the rocm-smi
+    # failure is one no catalogue entry knows.
+    no_driver = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
+    folder = _capture_with_commands(
+        tmp_path / "capture",
+        [
+            (["nvidia-smi"], 9, no_driver),
+            (["rocm-smi", "--showdriverversion"], 2, "ERROR: the flux capacitor is cold\n"),
+        ],
+    )
+    result = CliRunner().invoke(cli, ["doctor", "--from", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    found = {entry["seen_in"]: entry for entry in json.loads(result.output)["explanations"]}
+    assert found["command nvidia-smi"]["id"] == "nvidia-smi-no-driver"
+    unknown = found["command rocm-smi --showdriverversion"]
+    assert unknown["id"] == "unknown" and unknown["layer"] == "host"
+    assert "flux capacitor is cold" in unknown["message"] and "orch doctor --capture" in unknown["next_step"]

@@ -63,3 +63,52 @@ def test_report_explanations_name_where_each_cause_was_seen_once() -> None:
     )
     assert [(f["id"], f["seen_in"]) for f in found] == [("torch-driver-too-old", "probe warnings")]
     assert found[0]["cause"].endswith("(found version 11040 = CUDA 11.4)")
+
+
+# GPU messages that are not setup failures, from public reports: the catalogue must not claim them.
+NOT_SETUP = [
+    # https://github.com/antgroup/echomimic_v2/issues/115
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.22 GiB. GPU 0 has a total capacity of "
+    "15.69 GiB of which 3.71 GiB is free.",
+    # https://github.com/vllm-project/vllm/issues/6976
+    "ERROR 09-27 06:46:46 engine.py:157] RuntimeError: CUDA error: an illegal memory access was encountered",
+    # https://github.com/Deci-AI/super-gradients/issues/1307
+    "../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [68,0,0], thread: [64,0,0] Assertion "
+    '`index >= -sizes[i] && index < sizes[i] && "index out of bounds"` failed.',
+]
+
+
+def test_gpu_messages_that_are_not_setup_failures_explain_nothing() -> None:
+    for message in NOT_SETUP:
+        assert explain(message) == [], message
+
+
+def test_a_code_is_recognised_by_name_by_string_and_by_number_next_to_the_vendors_word() -> None:
+    for message in (
+        "code=35(cudaErrorInsufficientDriver)",
+        "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+        "onnxruntime::CudaCall CUDA failure 35: x",
+        "CUDA error: 35 (0x23)",
+        "cudaGetDeviceCount returned 35",
+    ):
+        found = explain_first(message)
+        assert found is not None and found.cause.id == "cuda-insufficient-driver", message
+    # A bare number, or the number in another context, is not the code.
+    assert explain("processed 35 files; line 35 of CUDA error.log") == []
+
+
+def test_dockers_old_unquoted_no_driver_wording_is_the_same_cause() -> None:
+    # https://github.com/NVIDIA/nvidia-docker/issues/1642 (the empty driver name printed without its quotes)
+    found = explain_first(
+        "docker: Error response from daemon: could not select device driver with capabilities: [[gpu]]."
+    )
+    assert found is not None and found.cause.id == "docker-no-gpu-driver"
+    cdi = explain_first('could not select device driver "cdi" with capabilities: []')
+    assert cdi is not None and cdi.cause.id == "cdi-driver-not-enabled"
+    assert "Install the NVIDIA Container Toolkit" not in cdi.cause.next_step
+
+
+def test_every_entry_cites_where_its_codes_are_defined() -> None:
+    for cause in catalogue():
+        assert cause.vendor_sources and all(source.startswith("https://") for source in cause.vendor_sources)
+        assert cause.appears_in
