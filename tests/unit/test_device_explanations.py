@@ -81,7 +81,7 @@ def test_a_cuda_error_the_catalogue_does_not_know_is_named_as_unknown_with_its_t
 
 
 class _Refuses:
-    """The daemon refusing the device container, in its real words (CDI not enabled, Docker 20.10–27)."""
+    """The daemon refusing the device container, in its real words (CDI not enabled, Docker 20.10 to 27)."""
 
     def run(self, spec: RunSpec) -> RunOutcome:
         from orchestrator.engine.docker_containers import start_failure
