@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.checks.cuda_archs import arch_gap
+from orchestrator.checks.failures import explain_first
 from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.model.checks import Check
 from orchestrator.text import one_line
@@ -48,7 +49,11 @@ def extension_check_lines(
         note = _arch_note(found or {}, compiled_archs.get(extension.name))
         if error is not None:
             observed = one_line(f"{extension.name}: {error}")
-            lines.append(Check(name=name, expected=expected, observed=observed, passed=False, detail=note))
+            # An extension kernel that fails for a GPU-stack reason ("invalid device function", "no kernel
+            # image") is explained by the failure catalogue, as the device probe's own errors are.
+            known = explain_first(str(error))
+            detail = "; ".join(filter(None, (note, known.sentence() if known else None))) or None
+            lines.append(Check(name=name, expected=expected, observed=observed, passed=False, detail=detail))
             continue
         diff = result.get("max_abs_diff")
         observed = f"max |Δ| = {diff:.3g} on {result.get('device')}" if isinstance(diff, float) else "no difference"

@@ -20,7 +20,13 @@ from orchestrator.model.recorded import mismatch_line
 from orchestrator.model.report import Report, ReportDossier, StageError, StageResult, overall_verdict
 from orchestrator.plan.run import DEVICE_PROBE_TIMEOUT_S, GpuMapping
 from orchestrator.resources import probe_source
-from orchestrator.stages.device_stage import device_checks, probe_json
+from orchestrator.stages.device_stage import (
+    device_checks,
+    died_explanations,
+    died_sentence,
+    probe_json,
+    report_explanations,
+)
 from orchestrator.stages.probe import Clock, utc_now
 from orchestrator.stages.results import not_run, stage_result
 from orchestrator.timestamps import rfc3339
@@ -58,12 +64,15 @@ def run_host_mode(
     else:
         found = probe_json(done.stdout)
         if found is None:
+            explained = died_explanations(done.stderr or "")
             device = stage_result(
                 "device",
                 started,
                 [],
-                {"python": python},
-                error=StageError(step="device probe", message=exited(done.returncode, done.stderr)),
+                {"python": python, **({"explanations": explained} if explained else {})},
+                error=StageError(
+                    step="device probe", message=exited(done.returncode, done.stderr) + died_sentence(explained)
+                ),
             )
         else:
             mapping = GpuMapping(description="host mode: the host's own devices, no container")
@@ -77,6 +86,8 @@ def run_host_mode(
             else:
                 facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
                 facts["python"] = python
+                if explained := report_explanations(report):
+                    facts["explanations"] = explained
                 device = stage_result("device", started, device_checks(platform, version, found, mapping), facts)
     host_started = time.monotonic()
     # The same checks as the probe's host stage; the image's needs are the version asked for, and no

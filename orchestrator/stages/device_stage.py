@@ -120,6 +120,41 @@ def device_checks(platform: Platform, version: str | None, found: dict[str, Any]
     return checks
 
 
+def report_explanations(report: DeviceProbeReport) -> list[dict[str, str]]:
+    """What the failure catalogue makes of a device probe's report: torch's warnings, the runtimes' stderr, the
+    import and init errors. An import or init error no entry knows is named as unknown, with its text."""
+    explained = explanations_for_report(
+        {
+            "probe warnings": "\n".join(report.warnings or []),
+            "probe stderr": report.stderr,
+            "torch import": report.torch_error,
+            "CUDA/HIP init": report.cuda_error,
+        }
+    )
+    failure_text = report.cuda_error or report.torch_error
+    if not explained and failure_text:
+        explained = [unexplained("probe", failure_text)]
+    return explained
+
+
+def died_explanations(stderr: str) -> list[dict[str, str]]:
+    """A probe that died without its report (hipErrorNoBinaryForGpu aborts the process): its stderr explained,
+    or named as unknown; nothing when it said nothing."""
+    explained = explanations_for_report({"probe stderr": stderr})
+    if not explained and stderr.strip():
+        explained = [unexplained("probe", stderr)]
+    return explained
+
+
+def died_sentence(explained: list[dict[str, str]]) -> str:
+    """The first explanation of a dead probe, as the end of its stage's error message."""
+    if not explained:
+        return ""
+    first = explained[0]
+    known = "Known cause: " if first["id"] != "unknown" else ""
+    return f". {known}{first['cause']} Next: {first['next_step']}"
+
+
 def device_stage(
     engine: Engine,
     loaded: LoadedDossier,
@@ -170,13 +205,9 @@ def device_stage(
     if found is None:
         # A probe that died (hipErrorNoBinaryForGpu aborts the process) printed no report: its stderr may
         # still carry a known message.
-        explained = explanations_for_report({"probe stderr": outcome.stderr})
         message = describe_exit(outcome, spec, "the probe only imports torch and runs two small operations")
-        if explained:
-            message += f". Known cause: {explained[0]['cause']} Next: {explained[0]['next_step']}"
-        elif outcome.stderr.strip() and not outcome.oom_killed:
-            explained = [unexplained("probe", outcome.stderr)]
-            message += f". {explained[0]['cause']} Next: {explained[0]['next_step']}"
+        explained = died_explanations("" if outcome.oom_killed else outcome.stderr)
+        message += died_sentence(explained)
         return stage_result(
             "device",
             started,
@@ -196,18 +227,7 @@ def device_stage(
         )
     facts: dict[str, Any] = {key: getattr(report, key) for key in DEVICE_FACTS}
     facts["gpu_mapping"] = mapping.description
-    explained = explanations_for_report(
-        {
-            "probe warnings": "\n".join(report.warnings or []),
-            "probe stderr": report.stderr,
-            "torch import": report.torch_error,
-            "CUDA/HIP init": report.cuda_error,
-        }
-    )
-    failure_text = report.cuda_error or report.torch_error
-    if not explained and failure_text:
-        # torch could not initialise the device and no catalogue entry knows why: say so, with the raw text.
-        explained = [unexplained("probe", failure_text)]
+    explained = report_explanations(report)
     if explained:
         facts["explanations"] = explained
     try:

@@ -372,3 +372,13 @@ def test_a_cuda_home_is_laid_out_from_the_wheels_files(tmp_path: Path) -> None:
     assert build.toolchain_wheels(wheels) == ["nvidia_cuda_nvcc==13.0.88", "nvidia_nvvm==13.0.88"]
     assert build.nvcc_release("Cuda compilation tools, release 13.0, V13.0.88") == "13.0.88"
     assert build.nvcc_release(None) is None
+
+
+def test_an_extension_kernel_failing_for_a_gpu_stack_reason_is_explained_by_the_catalogue(folder: Path) -> None:
+    build = load_dossier(folder / "dossier-cuda.yaml").model.build
+    assert build is not None
+    error = "run: torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
+    found = {"device_arch": "sm_90", "results": [{"name": "gate_ext", "error": error}]}
+    (line,) = extension_check_lines(build, found, None, {"gate_ext": ["sm_80"]})
+    assert line.detail is not None and line.detail.startswith("built for sm_80, this GPU is sm_90, no PTX; ")
+    assert "[device] The torch build has no kernels (SASS) for this GPU's compute capability" in line.detail

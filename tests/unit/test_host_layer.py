@@ -109,3 +109,16 @@ def test_doctor_takes_the_cuda_of_a_not_yet_built_image_from_the_dossier(tmp_pat
     diagnosis = diagnose(FakeEngine(), loaded, host_facts=lambda info: _nvidia("470.82.01"))
     assert diagnosis.image is None and diagnosis.compatibility is not None
     assert diagnosis.compatibility.image_requirement == "cuda>=12.4"
+
+
+def test_host_mode_explains_a_probe_that_died_with_a_catalogued_message() -> None:
+    # https://github.com/pytorch/pytorch/issues/35710: the fabric manager missing on an NVSwitch machine.
+    stderr = "RuntimeError: cuda runtime error (802) : system not yet initialized at THCGeneral.cpp:50\n"
+
+    def died(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", stderr)
+
+    _, device = run_host_mode("cuda", "12.4", "python3", host_facts=lambda: _nvidia("580.65.06"), run=died)
+    assert device.status == "failed" and device.first_error is not None
+    assert "Known cause: CUDA refuses work until the system is initialised" in device.first_error.message
+    assert device.model_dump(mode="json")["facts"]["explanations"][0]["id"] == "cuda-system-not-ready"
