@@ -79,6 +79,9 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
     found: list[re.Pattern[str]] = []
     if code.name:
         found.append(re.compile(rf"\b{re.escape(code.name)}\b"))
+        if code.kind == "nvmlReturn_t" and code.name.startswith("NVML_"):
+            # Go's NVML bindings (the device plugin, the toolkit) print the name without its prefix.
+            found.append(re.compile(rf"\b{re.escape(code.name.removeprefix('NVML_'))}\b"))
     if code.text:
         words = [re.escape(word) for word in code.text.split()]
         found.append(re.compile(r"\s+".join(words), re.IGNORECASE))
