@@ -87,6 +87,13 @@ class VerdictFailed(OrchError):
     code = "verdict-failed"
 
 
+class HostCannotRun(VerdictFailed):
+    """`orch rebuild` / `orch probe` before any build or container: the host verdict (`orch doctor`'s) says the
+    dossier's device stage cannot pass on this host (no driver, a driver too old, a daemon that cannot map the GPU)."""
+
+    code = "host-cannot-run"
+
+
 class HandoverDamaged(VerdictFailed):
     """A hand-over folder that does not hold what it claims (checked by `orch verify` before anything runs).
 

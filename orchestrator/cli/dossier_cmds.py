@@ -29,6 +29,12 @@ builder_option = click.option(
     help="What builds the image (default: ORCH_BUILDER, else auto: BuildKit where the engine offers it, which "
     "any Linux Docker engine since 18.09 does, else the classic builder). Recorded in build.json.",
 )
+no_preflight_option = click.option(
+    "--no-preflight",
+    is_flag=True,
+    help="Skip the checks made before any build or container (the dossier's fingerprints, and whether this host "
+    "can run its GPU stages at all): build and probe anyway, and let the report show where it fails.",
+)
 dry_run_option = click.option(
     "--dry-run",
     is_flag=True,

@@ -14,6 +14,7 @@ from orchestrator.cli.dossier_cmds import (
     dossier_argument,
     dry_run_option,
     gpus_option,
+    no_preflight_option,
     variant_option,
 )
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from rich.console import Console
 
     from orchestrator.dossier.load import LoadedDossier
+    from orchestrator.engine import Engine
     from orchestrator.model.build_record import BuildRecord
     from orchestrator.model.report import Report
     from orchestrator.pipeline.rebuild import RebuildHooks
@@ -57,16 +59,28 @@ def _finish(report: Report, paths: dict[str, Path]) -> None:
 @click.option("--image", default=None, help="Image to probe (default: the one `orch build` made for this dossier).")
 @variant_option
 @gpus_option
+@no_preflight_option
 @dry_run_option
-def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus: str | None, dry_run: bool) -> None:
-    """Probe an image layer by layer: image, host driver, device visibility, sample results."""
+def probe(
+    dossier: Path,
+    out: Path,
+    image: str | None,
+    variant: str | None,
+    gpus: str | None,
+    no_preflight: bool,
+    dry_run: bool,
+) -> None:
+    """Probe an image layer by layer: image, host driver, device visibility, sample results.
+
+    Before any container: the dossier's fingerprints and whether this host can run its GPU stages
+    (`orch doctor`'s verdict); --no-preflight skips both."""
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
     from orchestrator.stages.execute import run_probe
     from orchestrator.stages.probe import ProbeOptions
 
-    loaded = load_dossier(dossier, variant=variant)
+    loaded = load_dossier(dossier, variant=variant, check_fingerprints=not no_preflight and not dry_run)
     if dry_run:
         from orchestrator.pipeline.dry_run import dry_run_probe
 
@@ -74,6 +88,8 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus
         return
     console = make_console()
     with connect() as engine, console.status(f"probing {loaded.model.name}") as status:
+        if not no_preflight:
+            _preflight(engine, loaded, gpus)
         report = run_probe(
             loaded,
             engine,
@@ -82,6 +98,14 @@ def probe(dossier: Path, out: Path, image: str | None, variant: str | None, gpus
             write_report=True,
         )
     _finish(report, report_paths(out))
+
+
+def _preflight(engine: Engine, loaded: LoadedDossier, gpus: str | None) -> None:
+    """Before any build or container: can this host run the dossier's GPU stages? (pipeline/preflight.py)"""
+    from orchestrator.checks.host_layer import cpu_variant_of
+    from orchestrator.pipeline.preflight import check_host
+
+    check_host(engine, loaded, gpus=gpus, environ=dict(os.environ), cpu_variant=cpu_variant_of(loaded))
 
 
 class _RebuildView:
@@ -129,6 +153,7 @@ def rebuild_and_report(
     gpus: str | None = None,
     handover: Path | None = None,
     builder: str | None = None,
+    preflight: bool = False,
 ) -> Report:
     """`orch rebuild` on the console: one program on one engine connection (build, probe, report, and the
     hand-over when asked and the report passed); a failed verdict raised (exit 1)."""
@@ -146,10 +171,13 @@ def rebuild_and_report(
         builder=requested_builder(builder, os.environ),
     )
     console = make_console()
-    with connect() as engine, _RebuildView(console, loaded.model.name, out) as view:
-        result = rebuild_run(
-            loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ), handover=handover
-        )
+    with connect() as engine:
+        if preflight:
+            _preflight(engine, loaded, gpus)
+        with _RebuildView(console, loaded.model.name, out) as view:
+            result = rebuild_run(
+                loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ), handover=handover
+            )
     run = result.run
     assert run.report is not None
     _finish(run.report, run.report_paths)
@@ -181,6 +209,7 @@ def rebuild_and_report(
     help="Also write a hand-over folder here when the report passed.",
 )
 @gpus_option
+@no_preflight_option
 @dry_run_option
 def rebuild(
     dossier: Path,
@@ -192,12 +221,16 @@ def rebuild(
     builder: str | None,
     handover_dir: Path | None,
     gpus: str | None,
+    no_preflight: bool,
     dry_run: bool,
 ) -> None:
-    """The whole sequence in one command: build the image, probe it, write the report (and the hand-over)."""
+    """The whole sequence in one command: build the image, probe it, write the report (and the hand-over).
+
+    Before any pull or build: the dossier's fingerprints and whether this host can run its GPU stages
+    (`orch doctor`'s verdict), in seconds; --no-preflight skips both."""
     from orchestrator.dossier.load import load_dossier
 
-    loaded = load_dossier(dossier, variant=variant)
+    loaded = load_dossier(dossier, variant=variant, check_fingerprints=not no_preflight and not dry_run)
     if dry_run:
         from orchestrator.pipeline.dry_run import dry_run_rebuild
         from orchestrator.plan.builder import requested_builder
@@ -221,6 +254,7 @@ def rebuild(
         gpus=gpus,
         handover=handover_dir,
         builder=builder,
+        preflight=not no_preflight,
     )
 
 

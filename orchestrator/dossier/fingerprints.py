@@ -47,6 +47,14 @@ def fingerprint_mismatch(relative: str, expected: str, observed: str) -> str:
     return f"sha256 of {relative!r} does not match: declared {expected}, the file has {observed} ({where_differ(expected, observed)})"
 
 
+#: What to do about a fingerprint that no longer matches, whether the change was intended or not.
+FINGERPRINT_NEXT_STEP = (
+    "If the file changed on purpose, write the new sha256 (the file's, above) into that field, or record the "
+    "reference again with `orch record` so that its outputs match the new file; if it did not, restore the file "
+    "the reference used."
+)
+
+
 def where_differ(expected: str, observed: str) -> str:
     first = next((i for i, (a, b) in enumerate(zip(expected, observed, strict=False)) if a != b), None)
     if first is None:

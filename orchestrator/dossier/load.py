@@ -33,6 +33,7 @@ from orchestrator.dossier.coherence import (
     resolve_base_image,
 )
 from orchestrator.dossier.fingerprints import (
+    FINGERPRINT_NEXT_STEP,
     DeclaredFingerprint,
     declared_fingerprints,
     fingerprint_mismatch,
@@ -431,6 +432,7 @@ def load_dossier(
                     fingerprint_mismatch(relative, fingerprint.expected, files[relative]),
                     field=fingerprint.field,
                     line=doc.line_of(_field_path(fingerprint.field)),
+                    hint=FINGERPRINT_NEXT_STEP,
                 )
 
     reference_lock = _read_lock(file, reference, root, "python.requirements")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.dossier.fingerprints import FINGERPRINT_NEXT_STEP
 from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
 from orchestrator.engine import Engine, describe_exit
 from orchestrator.errors import OutputMissing, UnsafeOutput
@@ -54,7 +55,7 @@ def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
                 f"sha256 {expected}",  # in full: two hashes cut short can look the same
                 f"sha256 {observed}",
                 observed == expected,
-                None if observed == expected else where_differ(expected, observed),
+                None if observed == expected else f"{where_differ(expected, observed)}. {FINGERPRINT_NEXT_STEP}",
             )
         )
     return checks

@@ -235,6 +235,7 @@ def traced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
     monkeypatch.setattr("orchestrator.stages.build.image_checks", image_checks)
     monkeypatch.setattr("orchestrator.stages.image_stage.image_checks", image_checks)
     monkeypatch.setattr("orchestrator.stages.observe.collect_host_facts", lambda info: CPU_HOST)
+    monkeypatch.setattr("orchestrator.pipeline.doctor.collect_host_facts", lambda info: CPU_HOST)
     monkeypatch.setattr("orchestrator.pipeline.rebuild.utc_now", clock, raising=False)
     yield trace
 

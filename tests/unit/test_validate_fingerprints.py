@@ -55,7 +55,9 @@ def test_a_wrong_fingerprint_fails_validate_with_both_hashes_in_full(
     code, out, err = _validate(dossier, capsys)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
+    # One error line, then one hint line: what to do whether the change was intended or not.
+    assert len(lines) == 2 and "Traceback" not in err, err
+    assert lines[1].strip().startswith("hint: If the file changed on purpose, write the new sha256"), lines[1]
     line = lines[0]
     assert f"[{field}]" in line and relative in line, line
     assert wrong in line and actual in line, "both hashes, in full"
