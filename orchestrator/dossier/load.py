@@ -20,7 +20,6 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from pydantic import ValidationError
 
@@ -43,6 +42,7 @@ from orchestrator.dossier.fingerprints import (
 from orchestrator.dossier.lock import Lock, parse_lock
 from orchestrator.dossier.models import SCHEMA_VERSION, Dossier
 from orchestrator.dossier.paths import (
+    Kind,
     OnBytes,
     TreeFile,
     Where,
@@ -50,6 +50,7 @@ from orchestrator.dossier.paths import (
     describe_mode,
     file_sha256,
     locate,
+    path_sha256,
     tree_sha256,
     walk_tree,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "file_sha256",
     "fingerprint_mismatch",
     "load_dossier",
+    "path_sha256",
     "referenced_paths",
     "where_differ",
 ]
@@ -91,9 +93,13 @@ class LoadedDossier:
     def root(self) -> Path:
         return self.path.parent
 
-    def resolve(self, relative: str, *, kind: Literal["file", "folder"] = "file") -> Path:
+    def resolve(self, relative: str, *, kind: Kind = "file") -> Path:
         """The real path of a file the dossier names, checked again by the rule (the folder may have changed)."""
         return locate(self.root, relative, kind, Where(str(self.path)))
+
+    def fingerprint(self, relative: str) -> str:
+        """The sha256 of a data, weights or input path as it is now: a file's, or a folder's tree hash."""
+        return path_sha256(self.root, relative, Where(str(self.path)))
 
     def code_files(self) -> list[TreeFile]:
         """The code folder's regular files, walked by the rule: what the build context receives."""
@@ -128,36 +134,37 @@ def _field_path(dotted: str) -> FieldPath:
     return tuple(int(part) if part.isdigit() else part for part in parts)
 
 
-def referenced_paths(model: Dossier) -> list[tuple[str, str, bool]]:
-    """(field path, relative path, is a folder) for every local file or folder the dossier names."""
-    refs: list[tuple[str, str, bool]] = []
+def referenced_paths(model: Dossier) -> list[tuple[str, str, Kind]]:
+    """(field path, relative path, what it must be) for every local file or folder the dossier names. Data,
+    weights and sample inputs may be folders: one item, fingerprinted as a tree, mounted as a tree."""
+    refs: list[tuple[str, str, Kind]] = []
     if not model.code.is_git_url:
-        refs.append(("code.source", model.code.source, True))
-    refs.append(("python.requirements", model.python.requirements, False))
+        refs.append(("code.source", model.code.source, "folder"))
+    refs.append(("python.requirements", model.python.requirements, "file"))
     if model.python.reference_inventory:
-        refs.append(("python.reference_inventory", model.python.reference_inventory, False))
+        refs.append(("python.reference_inventory", model.python.reference_inventory, "file"))
     for section, artifacts in (("data", model.data), ("weights", model.weights)):
         for index, artifact in enumerate(artifacts):
             if artifact.path is not None:
-                refs.append((f"{section}[{index}].path", artifact.path, False))
+                refs.append((f"{section}[{index}].path", artifact.path, "any"))
     for index, sample_input in enumerate(model.expect.inputs):
-        refs.append((f"expect.inputs[{index}].path", sample_input.path, False))
+        refs.append((f"expect.inputs[{index}].path", sample_input.path, "any"))
     for index, output in enumerate(model.expect.outputs):
         if output.ids is not None:
-            refs.append((f"expect.outputs[{index}].ids.expected", output.ids.expected, False))
+            refs.append((f"expect.outputs[{index}].ids.expected", output.ids.expected, "file"))
         if output.compare is not None:
-            refs.append((f"expect.outputs[{index}].compare.reference", output.compare.reference, False))
+            refs.append((f"expect.outputs[{index}].compare.reference", output.compare.reference, "file"))
     for index, check in enumerate(model.expect.business):
         target = check.pairs if check.kind == "nearest_neighbour" else check.reference
         key = "pairs" if check.kind == "nearest_neighbour" else "reference"
-        refs.append((f"expect.business[{index}].{key}", target, False))
+        refs.append((f"expect.business[{index}].{key}", target, "file"))
     if model.build is not None and model.build.toolchain.requirements is not None:
-        refs.append(("build.toolchain.requirements", model.build.toolchain.requirements, False))
+        refs.append(("build.toolchain.requirements", model.build.toolchain.requirements, "file"))
     for index, variant in enumerate(model.variants):
         if variant.python is not None:
-            refs.append((f"variants[{index}].python.requirements", variant.python.requirements, False))
+            refs.append((f"variants[{index}].python.requirements", variant.python.requirements, "file"))
         for name, comparison in variant.compare.items():
-            refs.append((f"variants[{index}].compare.{name}.reference", comparison.reference, False))
+            refs.append((f"variants[{index}].compare.{name}.reference", comparison.reference, "file"))
     return refs
 
 
@@ -394,10 +401,10 @@ def load_dossier(
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     located: list[tuple[str, str, Path, list[TreeFile] | None]] = []
-    for field_name, relative, is_dir in referenced_paths(reference):
+    for field_name, relative, kind in referenced_paths(reference):
         where = Where(file, field_name, doc.line_of(_field_path(field_name)))
-        target = locate(root, relative, "folder" if is_dir else "file", where, links)
-        tree = list(walk_tree(target, root, where, links)) if is_dir else None
+        target = locate(root, relative, kind, where, links)
+        tree = list(walk_tree(target, root, where, links)) if target.is_dir() else None
         located.append((field_name, relative, target, tree))
     for field_name, relative in _local_find_links(reference):
         where = Where(file, field_name, doc.line_of(_field_path(field_name)))

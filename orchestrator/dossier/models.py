@@ -112,7 +112,12 @@ class Artifact(StrictModel):
     """A data set or weights file the sample needs, with its fingerprint and where it came from."""
 
     name: Identifier
-    path: RelativePath | None = Field(default=None, description="Local file, relative to the dossier.")
+    path: RelativePath | None = Field(
+        default=None,
+        description="Local file or folder, relative to the dossier. A folder (a model's files) is one item: its "
+        "sha256 is the tree hash of its regular files (each relative path and sha256, in order), and it is mounted "
+        "as a folder.",
+    )
     uri: str | None = Field(default=None, description="Remote location (https://, s3://, gs://, hf://).")
     sha256: Sha256
     provenance: str = Field(min_length=1, description="Who made it, from what, when.")
@@ -351,6 +356,9 @@ BusinessCheck = Annotated[NearestNeighbourCheck | LabelEqualityCheck, Field(disc
 
 
 class InputFile(StrictModel):
+    """A sample input, mounted read-only at /orch/input/<path>: a file, or a folder (one item, its sha256 the
+    tree hash of its regular files)."""
+
     path: RelativePath
     sha256: Sha256
 

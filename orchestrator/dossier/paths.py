@@ -36,7 +36,9 @@ from orchestrator.sparse_copy import copy_fd_preserving_holes
 # Files and folders that never belong to an application's identity or build context.
 IGNORED_NAMES = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", ".DS_Store"})
 
-Kind = Literal["file", "folder"]
+#: What a path must be: a regular file, a folder, or either ("any": data, weights and sample inputs, where a
+#: folder is one item with a tree fingerprint).
+Kind = Literal["file", "folder", "any"]
 #: Called with the number of bytes just hashed (drives a progress bar over a large dossier).
 OnBytes = Callable[[int], None]
 
@@ -184,6 +186,8 @@ def locate(root: Path, relative: str, kind: Kind, where: Where, links: dict[str,
         raise where.error(f"{relative!r} is {describe_mode(mode)}; {expected}")
     if kind == "folder" and not stat.S_ISDIR(mode):
         raise where.error(f"{relative!r} is {describe_mode(mode)}; a folder is expected")
+    if kind == "any" and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise where.error(f"{relative!r} is {describe_mode(mode)}; a regular file or a folder is expected")
     return current
 
 
@@ -238,6 +242,13 @@ def tree_sha256(files: list[TreeFile], on_bytes: OnBytes | None = None) -> str:
     for entry in files:
         digest.update(entry.relative.as_posix().encode() + b"\0" + file_sha256(entry.real, on_bytes).encode() + b"\n")
     return digest.hexdigest()
+
+
+def path_sha256(root: Path, relative: str, where: Where) -> str:
+    """The fingerprint of a dossier path that may be a file or a folder: a file's sha256, or a folder's tree hash
+    (each regular file's relative path and sha256, in order: `tree_sha256`), located and walked by the rule."""
+    target = locate(root, relative, "any", where)
+    return tree_sha256(list(walk_tree(target, root, where))) if target.is_dir() else file_sha256(target)
 
 
 def copy_tree(files: list[TreeFile], dest: Path) -> None:

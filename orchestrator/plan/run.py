@@ -145,9 +145,12 @@ class SampleFolders:
 
 def sample_mounts(loaded: LoadedDossier, output: Path, meta: Path, site: Path) -> list[Mount]:
     model = loaded.model
-    mounts = [Mount(loaded.resolve(item.path), f"/orch/input/{item.path}") for item in model.expect.inputs]
+    # A data, weights or input folder is mounted as one tree, read-only.
+    mounts = [Mount(loaded.resolve(item.path, kind="any"), f"/orch/input/{item.path}") for item in model.expect.inputs]
     for kind, group in (("data", model.data), ("weights", model.weights)):
-        mounts += [Mount(loaded.resolve(a.path), f"/orch/{kind}/{a.name}") for a in group if a.path is not None]
+        mounts += [
+            Mount(loaded.resolve(a.path, kind="any"), f"/orch/{kind}/{a.name}") for a in group if a.path is not None
+        ]
     mounts += [
         Mount(output, "/orch/output", read_only=False),
         Mount(meta, "/orch/meta", read_only=False),

@@ -73,7 +73,7 @@ def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
     for relative in sorted(loaded.files):
         where = Where(str(loaded.path))
         target = dest.joinpath(*PurePosixPath(relative).parts)
-        source = locate(root, relative, "folder" if relative == loaded.model.code.source else "file", where)
+        source = locate(root, relative, "folder" if relative == loaded.model.code.source else "any", where)
         if source.is_dir():
             copy_tree(list(walk_tree(source, root, where)), target)
         else:

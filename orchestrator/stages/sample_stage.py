@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.dossier.fingerprints import FINGERPRINT_NEXT_STEP
-from orchestrator.dossier.load import LoadedDossier, file_sha256, where_differ
+from orchestrator.dossier.load import LoadedDossier, where_differ
 from orchestrator.engine import Engine, describe_exit
 from orchestrator.errors import OutputMissing, UnsafeOutput
 from orchestrator.model.checks import Check, first_failure
@@ -48,7 +48,7 @@ def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
                 )
             )
             continue
-        observed = file_sha256(loaded.resolve(path))
+        observed = loaded.fingerprint(path)
         checks.append(
             check(
                 f"{label} fingerprint",

@@ -134,17 +134,17 @@ def _check_dossier_paths(folder: Path, manifest: Manifest) -> None:
     except (YamlSourceError, ValidationError, ValueError) as exc:
         raise HandoverDamaged(f"{where}: the shipped dossier does not load ({str(exc).splitlines()[0]})") from None
     base = posixpath.dirname(where)
-    for field, relative, is_dir in referenced_paths(model):
+    for field, relative, kind in referenced_paths(model):
         target = posixpath.normpath(posixpath.join(base, relative))
+        as_folder = any(name.startswith(target + "/") for name in listed)
+        present = {"folder": as_folder, "file": target in listed, "any": as_folder or target in listed}[kind]
         inside = (
-            "\0" not in relative
-            and not relative.startswith("/")
-            and (target + "/").startswith("dossier/")
-            and (any(name.startswith(target + "/") for name in listed) if is_dir else target in listed)
+            "\0" not in relative and not relative.startswith("/") and (target + "/").startswith("dossier/") and present
         )
         if not inside:
+            what = {"folder": "folder", "file": "file", "any": "file or folder"}[kind]
             raise HandoverDamaged(
-                f"{where} [{field}]: {relative[:120]!r} is not a {'folder' if is_dir else 'file'} of the hand-over's "
+                f"{where} [{field}]: {relative[:120]!r} is not a {what} of the hand-over's "
                 "dossier/; a shipped dossier may reference only files inside the folder"
             )
 

@@ -136,10 +136,11 @@ HOSTILE = [
     ),
     Hostile("dangling-link", lambda r, s: _link(r, "sample/sample.jsonl", "gone.jsonl"), "gone.jsonl", None),
     Hostile(
-        "input-is-a-folder",
-        lambda r, s: _edit(r, "- path: sample/sample.jsonl", "- path: sample"),
+        # A sample input may be a folder (one item, a tree hash); a compared reference output may not.
+        "reference-is-a-folder",
+        lambda r, s: _edit(r, "reference: reference/embeddings.npy", "reference: reference"),
         "is a folder; a regular file is expected",
-        "expect.inputs[0].path",
+        "expect.outputs[0].compare.reference",
     ),
     Hostile(
         "code-is-a-file",
