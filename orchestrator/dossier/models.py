@@ -387,11 +387,40 @@ class LimitsSpec(StrictModel):
     )
 
 
+#: What `orch record` writes where it hid a value; a command holding one cannot run as written.
+_PLACEHOLDERS = ("<local path>", "<withheld", "TO CONFIRM")
+#: Folders that exist on a user's machine and never in the sample's container: a command naming one was not
+#: mapped (orch mounts what the sample reads under /orch, the code at /opt/app).
+_HOST_ONLY_FOLDERS = ("/home/", "/root/", "/Users/", "/mnt/", "/media/", "/srv/", "/scratch/")
+
+
+def _runnable_command(command: list[str]) -> list[str]:
+    for position, token in enumerate(command):
+        placeholder = next((mark for mark in _PLACEHOLDERS if mark in token), None)
+        if placeholder is not None:
+            raise ValueError(
+                f"argument {position} ({token!r}) holds the placeholder {placeholder!r}, so the command cannot run as "
+                "written; put the container path there (/orch/input/<path>, /orch/weights/<name>, /orch/output), "
+                "or record again with the path given as --data or --weights"
+            )
+        path = token.partition("=")[2] if "=" in token and not token.startswith("/") else token
+        if path.startswith(_HOST_ONLY_FOLDERS):
+            raise ValueError(
+                f"argument {position} ({token!r}) is a path on a host, which the sample's container does not have; "
+                "declare the file or folder as an input, data or weights item and use its container path "
+                "(/orch/input/<path>, /orch/data/<name>, /orch/weights/<name>)"
+            )
+    return command
+
+
 class ExpectSpec(StrictModel):
-    command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
-        min_length=1,
-        description="The sample command, run in the image's working directory. Inputs are mounted read-only "
-        "at /orch/input, the output folder at /orch/output.",
+    command: Annotated[list[Annotated[str, StringConstraints(min_length=1)]], AfterValidator(_runnable_command)] = (
+        Field(
+            min_length=1,
+            description="The sample command, run in the image's working directory (/opt/app). Inputs are mounted "
+            "read-only at /orch/input/<path>, data and weights at /orch/data/<name> and /orch/weights/<name>, the "
+            "output folder at /orch/output. No placeholder and no host path: it runs as written.",
+        )
     )
     inputs: list[InputFile] = Field(default_factory=list)
     timeout_s: int = Field(default=600, gt=0, le=86_400)

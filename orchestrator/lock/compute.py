@@ -10,6 +10,7 @@ lock atomically with a header that `--check` compares.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,6 +140,22 @@ def plan_lock(
     return LockPlan(dossier, model.name, variant, model, target, sources, lock_path, found)
 
 
+def reference_preferences(plan: LockPlan, upgrade: bool = False) -> str:
+    """The `name==version` lines of the dossier's reference inventory (`pip freeze --all` of the reference), as
+    uv's preferences for a first lock; "" without one, with --upgrade, or when the inventory is the input."""
+    relative = plan.model.python.reference_inventory
+    if not relative or upgrade or plan.input.kind == "inventory":
+        return ""
+    try:
+        text = (plan.dossier.parent / relative).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    pins = [
+        line.strip() for line in text.splitlines() if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==\S+", line.strip())
+    ]
+    return "".join(f"{pin}\n" for pin in pins)
+
+
 def _header(plan: LockPlan, uv: str, unreachable: tuple[Reachability, ...]) -> list[str]:
     missing = {r.source.url: r.reason for r in unreachable}
     lines = [
@@ -202,8 +219,10 @@ def compute_lock(
         previous = plan.lock_path.read_text(encoding="utf-8") if plan.lock_path.is_file() else ""
         out = work / "requirements.txt"
         # The previous lock's pins are uv's preferences: an unchanged input keeps every pin; --upgrade-package
-        # moves only the named ones. Its header and comments mean nothing to uv.
-        out.write_text(previous, encoding="utf-8")
+        # moves only the named ones. Its header and comments mean nothing to uv. With no lock yet, the reference
+        # inventory's pins are the preferences: a loose requirements.in (its top-level distributions) then locks
+        # to the reference's versions on the same target, yet an intended change (another torch) still resolves.
+        out.write_text(previous or reference_preferences(plan, upgrade), encoding="utf-8")
         command = compile_command(
             uv, input_file, out, plan.target, used, upgrade=upgrade, upgrade_packages=upgrade_packages
         )

@@ -169,8 +169,9 @@ def draft_document(
         "version": python_version,
         "requirements": "requirements.lock",
         "install": "wheelhouse",
-        # The rebuild's `pip freeze --all` is compared with it: requirements.in pins every package the reference
-        # had, pip included, so a faithful rebuild shows no difference.
+        # The rebuild's `pip freeze --all` is compared with it. requirements.in pins only the top-level
+        # distributions; the first lock prefers this inventory's versions for the rest, so a faithful rebuild
+        # shows no difference.
         "reference_inventory": "record/pip-freeze.txt",
     }
     if torch_index:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import BadInput
 
@@ -41,27 +41,24 @@ class Owner:
         )
 
 
-def distribution_owning(path: Path, observed: dict[str, Any]) -> Owner | None:
-    """The distribution of the reference venv whose RECORD lists files under `path`, if any (pip inspect's
-    `metadata_location` names each distribution's .dist-info folder, beside its files in site-packages)."""
+def distribution_owning(path: Path, python: Path) -> Owner | None:
+    """The distribution of the reference venv (`python`'s) whose RECORD lists files under `path`, if any: each
+    `NAME-VERSION.dist-info` folder sits beside its files in site-packages and lists them in its RECORD."""
     target = path.resolve()
-    installed = ((observed.get("pip") or {}).get("inspect") or {}).get("installed") or []
-    for item in installed:
-        location = item.get("metadata_location")
-        if not isinstance(location, str) or not item.get("name") or not item.get("version"):
-            continue
-        dist_info = Path(location)
+    venv = python.parent.parent
+    for site in sorted(venv.glob("lib/python*/site-packages")):
         try:
-            relative = target.relative_to(dist_info.parent.resolve()).as_posix()
+            relative = target.relative_to(site.resolve()).as_posix()
         except ValueError:
             continue
-        record = dist_info / "RECORD"
-        try:
-            listed = [line.split(",", 1)[0] for line in record.read_text(encoding="utf-8").splitlines()]
-        except OSError:
-            continue
-        if any(name == relative or name.startswith(relative + "/") for name in listed):
-            return Owner(str(item["name"]), str(item["version"]), relative)
+        for dist_info in sorted(site.glob("*.dist-info")):
+            try:
+                listed = [line.split(",", 1)[0] for line in (dist_info / "RECORD").read_text("utf-8").splitlines()]
+            except OSError:
+                continue
+            if any(name == relative or name.startswith(relative + "/") for name in listed):
+                name, _, version = dist_info.name.removesuffix(".dist-info").partition("-")
+                return Owner(name, version, relative)
     return None
 
 

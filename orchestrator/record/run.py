@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from packaging.utils import canonicalize_name
 
 from orchestrator import vendor
 from orchestrator.dossier.paths import Where, path_sha256
@@ -38,6 +37,7 @@ from orchestrator.record.observe import (
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
 from orchestrator.record.paths import distribution_owning, refuse_host_paths
 from orchestrator.record.redaction import Redaction, Redactor
+from orchestrator.record.requirements import top_level_requirements
 
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", "node_modules"}
 
@@ -121,27 +121,6 @@ def links_note(folder: str, links: list[str]) -> str | None:
     )
 
 
-def _requirements(document: dict[str, Any], notes: list[str]) -> list[str]:
-    """Every distribution the reference had, pinned at its observed version, pip included (the rebuild's venv
-    then holds the same pip, and its `pip freeze --all` matches the reference's). The lock adds the hashes for
-    the target. Those installed from a direct URL or a local folder cannot be locked and are named."""
-    installed = ((document.get("pip") or {}).get("inspect") or {}).get("installed") or []
-    lines: list[str] = []
-    for item in installed:
-        name, version = item.get("name"), item.get("version")
-        if not name or not version:
-            continue
-        if item.get("direct_url"):
-            notes.append(
-                f"{name} {version} was installed from a direct URL or a local folder: it is left out of "
-                "requirements.in; publish it to an index (or a wheel folder) and add it there"
-            )
-            continue
-        asked = "" if item.get("requested") else "  # a dependency"
-        lines.append(f"{canonicalize_name(name)}=={version}{asked}")
-    return sorted(lines)
-
-
 def _platform(request: RecordRequest, torch: dict[str, Any]) -> tuple[Platform, str | None]:
     if request.platform is not None:
         return request.platform, request.backend_version
@@ -217,7 +196,7 @@ def record_reference(request: RecordRequest) -> RecordResult:
     torch = observed.get("torch") or {}
     platform, backend = _platform(request, torch)
     python_version = ".".join(str((observed.get("python") or {}).get("version", "3")).split(".")[:2])
-    requirements = _requirements(observed, notes)
+    requirements = top_level_requirements(observed, notes)
     base_note: str | None = None
     base = request.base_image
     if image is not None and base is None:
@@ -244,7 +223,11 @@ def record_reference(request: RecordRequest) -> RecordResult:
             mapped += _both(path, f"/orch/input/{relative}")
         weights: list[dict[str, str]] = []
         for path in request.weights:
-            owner = None if request.image is not None else distribution_owning(path, observed)
+            owner = (
+                None
+                if request.python is None or request.image is not None
+                else distribution_owning(path, request.python)
+            )
             if owner is not None:
                 # Files of an installed distribution: the lock pins its wheel's hash, so they are not copied
                 # again; the command reads them where the rebuilt image's venv holds them.
@@ -328,8 +311,12 @@ def record_reference(request: RecordRequest) -> RecordResult:
             {"reruns": request.repeat, "seconds": durations, "varied_seconds": varied_seconds},
         )
         (staging / "record" / "pip-freeze.txt").write_text("".join(f"{line}\n" for line in freeze), encoding="utf-8")
-        header = "# Every distribution of the reference environment, at the version it ran.\n"
-        header += "# `orch lock dossier.yaml` computes requirements.lock from this file for the dossier's target.\n"
+        header = (
+            "# The reference environment's top-level distributions (asked for, or required by nothing else installed),\n"
+            "# at the versions it ran. Their dependencies are not pinned here: the first `orch lock dossier.yaml`\n"
+            "# prefers the versions of record/pip-freeze.txt (the reference's full inventory), so the lock reproduces\n"
+            "# the reference on the same target; change a line here (another torch) and lock again to move on purpose.\n"
+        )
         (staging / "requirements.in").write_text(header + "".join(f"{r}\n" for r in requirements), encoding="utf-8")
         default = vendor.default_base_image(platform, backend)
         if base is None and base_note is None and default is None:
