@@ -93,11 +93,12 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
         summary = f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed"
         details = [*(f"+{p}" for p in diff.added), *(f"-{p}" for p in diff.removed)]
         details += [f"{c.name} {c.reference} → {c.observed}" for c in diff.changed]
+        details += [f"{note} (the venv's installer, not locked: not compared)" for note in diff.installer]
         checks.append(
             Check(
                 name="inventory matches the reference",
                 expected=f"the packages of {diff.reference_file}",
-                observed="identical" if diff.identical else summary,
+                observed=f"identical: {summary}" if diff.identical else summary,
                 passed=diff.identical,
                 detail="; ".join(details) or None,
             )

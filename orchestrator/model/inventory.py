@@ -98,6 +98,9 @@ class InventoryDiff(Frozen):
     added: list[str]  # "name==version" present in the rebuild only
     removed: list[str]  # present in the reference only
     changed: list[PackageChange]
+    #: The venv's own installer (pip) when the lock does not pin it: it comes with the interpreter that made the
+    #: venv, not from the lock, so a different version is said here and not counted ("pip 23.2.1 → 23.0.1").
+    installer: list[str] = Field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -120,9 +123,19 @@ def parse_freeze(lines: list[str]) -> dict[str, str]:
     return packages
 
 
-def diff_inventories(reference: list[str], observed: list[str], reference_file: str) -> InventoryDiff:
+def diff_inventories(
+    reference: list[str], observed: list[str], reference_file: str, *, compare_installer: bool = True
+) -> InventoryDiff:
+    """The rebuild's `pip freeze --all` against the reference's. `compare_installer` False (the lock pins no pip):
+    pip is set aside and a different version only noted, since the venv's interpreter brought it."""
     ref, obs = parse_freeze(reference), parse_freeze(observed)
+    installer: list[str] = []
+    if not compare_installer:
+        before, after = ref.pop("pip", None), obs.pop("pip", None)
+        if before != after:
+            installer.append(f"pip {before or 'absent'} in the reference, {after or 'absent'} here")
     return InventoryDiff(
+        installer=installer,
         reference_file=reference_file,
         added=sorted(f"{name}=={obs[name]}" for name in obs.keys() - ref.keys()),
         removed=sorted(f"{name}=={ref[name]}" for name in ref.keys() - obs.keys()),

@@ -224,7 +224,12 @@ def do_image_checks(step: ImageChecks, run: Run) -> StepOutcome:
     loaded = run.loaded
     if step.reference_inventory is not None:
         reference_lines = loaded.resolve(step.reference_inventory).read_text(encoding="utf-8").splitlines()
-        run.inventory_diff = diff_inventories(reference_lines, run.inventory.pip_freeze, step.reference_inventory)
+        run.inventory_diff = diff_inventories(
+            reference_lines,
+            run.inventory.pip_freeze,
+            step.reference_inventory,
+            compare_installer=loaded.lock.get("pip") is not None,
+        )
     run.checks = image_checks(loaded, run.inventory, run.inventory_diff)
     failed = first_failure(run.checks)
     if failed is not None:

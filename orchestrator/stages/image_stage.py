@@ -105,7 +105,9 @@ def image_stage(
         if loaded.model.python.reference_inventory:
             reference_file = loaded.model.python.reference_inventory
             reference = loaded.resolve(reference_file).read_text(encoding="utf-8").splitlines()
-            diff = diff_inventories(reference, inventory.pip_freeze, reference_file)
+            diff = diff_inventories(
+                reference, inventory.pip_freeze, reference_file, compare_installer=loaded.lock.get("pip") is not None
+            )
         contents = image_checks(loaded, inventory, diff)
     identity = image.labels.get(f"{LABEL_PREFIX}.dossier.identity")
     checks = [

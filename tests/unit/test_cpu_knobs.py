@@ -154,7 +154,7 @@ def test_a_knob_value_torch_would_ignore_is_refused(tiny_example: Path, knob: st
 def test_dossiers_without_cpu_knobs_keep_their_identity(tiny_example: Path) -> None:
     golden = (GOLDEN / "tiny-embeddings--dossier.Dockerfile").read_text()
     loaded = load_dossier(tiny_example / "dossier.yaml")
-    assert f"# Dossier identity: {loaded.identity}" in golden, "adding the knobs changed no existing identity"
+    assert f"# Dossier identity: {loaded.identity}" in golden, "a dossier without knobs has the golden's identity"
     assert load_dossier(_with_knobs(tiny_example)).identity != loaded.identity, "pinning a knob is a new identity"
 
 

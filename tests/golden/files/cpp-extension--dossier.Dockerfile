@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'cpp-extension'.
-# Dossier identity: 8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a
+# Dossier identity: b1314c6bf5290ce725edb84874e329493e59586ed2f56985fe3cf5055deef50a
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -61,7 +61,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="8c855c79889ee352d46e5850ec6a3fca9268fbd4f2143ce72f7ab9169ed7074a" \
+      io.orch.dossier.identity="b1314c6bf5290ce725edb84874e329493e59586ed2f56985fe3cf5055deef50a" \
       io.orch.dossier.name="cpp-extension" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings'.
-# Dossier identity: e503b6c02676f4c414f52bd15726a81a2af6d9257e8a9a158b61aa10ee163a42
+# Dossier identity: 9f40df736ea177f8d85aa4bbde407616676a1093710122b38464e18ece6eecb9
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="e503b6c02676f4c414f52bd15726a81a2af6d9257e8a9a158b61aa10ee163a42" \
+      io.orch.dossier.identity="9f40df736ea177f8d85aa4bbde407616676a1093710122b38464e18ece6eecb9" \
       io.orch.dossier.name="minilm-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

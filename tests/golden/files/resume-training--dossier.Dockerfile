@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'resume-training'.
-# Dossier identity: e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f
+# Dossier identity: 3b2020fc4713ff48758e9bbb179c11c6e53d1db2c6a4837ccd12576e72a501ed
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="e36787ec7d0755eedc0ec813dd80a1280aab17b5f5a7b41471edc5c804ccae7f" \
+      io.orch.dossier.identity="3b2020fc4713ff48758e9bbb179c11c6e53d1db2c6a4837ccd12576e72a501ed" \
       io.orch.dossier.name="resume-training" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

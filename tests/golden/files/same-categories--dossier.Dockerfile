@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'same-categories'.
-# Dossier identity: f6d00c37512bdec7e670a74232f13aae0663996c921b03b6239fc70b921c4d94
+# Dossier identity: 48ad076d4154665f9a62d046df01be03d19c94d67f65e619f7d52ff6fa69141e
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="f6d00c37512bdec7e670a74232f13aae0663996c921b03b6239fc70b921c4d94" \
+      io.orch.dossier.identity="48ad076d4154665f9a62d046df01be03d19c94d67f65e619f7d52ff6fa69141e" \
       io.orch.dossier.name="same-categories" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

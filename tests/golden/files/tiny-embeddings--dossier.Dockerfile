@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'tiny-embeddings'.
-# Dossier identity: 2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676
+# Dossier identity: 7eb55e099c1550ab12e13ded47071327070017a3f1dbf014a987e3568e8ada78
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="2042f493356d69d515dd5682b034b9788e68dea8a84dba7dd868c6ac947f1676" \
+      io.orch.dossier.identity="7eb55e099c1550ab12e13ded47071327070017a3f1dbf014a987e3568e8ada78" \
       io.orch.dossier.name="tiny-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \
