@@ -64,6 +64,17 @@ def _equal(a: NDArray, b: NDArray) -> NDArray:
     return np.array([x == y for x, y in zip(as_objects[0].tolist(), as_objects[1].tolist(), strict=True)], dtype=bool)
 
 
+def largest_magnitude(array: Array) -> float:
+    """max |x| over the finite values (0.0 for none): the scale of an output, for its float tolerance floor."""
+    largest = 0.0
+    for _, chunk in array.flat_chunks():
+        values = np.abs(_f64(chunk))
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            largest = max(largest, float(finite.max()))
+    return largest
+
+
 def count_non_finite(array: Array) -> int:
     bad = 0
     for _, chunk in array.flat_chunks():

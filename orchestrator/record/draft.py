@@ -90,6 +90,21 @@ def measured_sentence(output: ObservedOutput) -> str:
     return "; ".join([*repeat, "one rerun per other setting on the reference host", *varied])
 
 
+#: Machine epsilon (the gap from 1.0 to the next value) of each float format an output may have.
+_EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+#: Units in the last place a float result may move when only the order of a reduction changes (another BLAS
+#: blocking, another CPU's vector width, another thread count): a few, at the output's own scale.
+FLOOR_ULPS = 8
+
+
+def tolerance_floor(output: ObservedOutput) -> float:
+    """The smallest tolerance worth proposing for a float output: FLOOR_ULPS units in the last place at its
+    largest magnitude. Two bit-identical reruns on one host say nothing about another CPU, whose BLAS sums in
+    another order; a tolerance of 0.0 would fail a change of one ulp."""
+    epsilon = _EPSILON.get(output.dtype or "", 0.0)
+    return float(FLOOR_ULPS * epsilon * (output.scale or 0.0))
+
+
 def largest_spread(output: ObservedOutput) -> float:
     """The largest max |a-b| over the reruns and every varied setting (0.0 when all were identical)."""
     seen = [s.get("max_abs") for s in (output.spread, *output.varied.values())]
@@ -117,19 +132,24 @@ def output_entries(outputs: list[ObservedOutput]) -> list[dict[str, Any]]:
                 used_ids.add(ids_files[0].file)
         if output.format == "npy" and (output.dtype or "").startswith(("float", "bfloat")):
             worst = largest_spread(output)
-            proposed = (
-                f"orch proposes the largest spread seen ({worst:.3g})"
-                if output.varied
-                else ("orch proposes that spread itself")
-            )
+            floor = tolerance_floor(output)
+            seen = f"the largest spread seen ({worst:.3g})" if output.varied else f"the measured spread ({worst:.3g})"
+            if floor > worst:
+                proposed = (
+                    f"orch proposes {floor:.3g}, above {seen}: {FLOOR_ULPS} units in the last place of "
+                    f"{output.dtype} at the output's largest magnitude ({output.scale:.3g}), what a change of "
+                    "summation order alone (another BLAS blocking, another CPU's vector width) moves a value by"
+                )
+            else:
+                proposed = f"orch proposes {seen}, which is above the floor of {FLOOR_ULPS} ulps ({floor:.3g})"
             entry["compare"] = {
                 "metric": "max_abs",
-                "max": worst,
+                "max": max(worst, floor),
                 "reference": reference,
                 "sha256": output.sha256,
-                "justification": f"{TO_CONFIRM}: measured, {measured}. {proposed} and no "
-                "universal threshold: say why this tolerance fits the use, and widen it for other CPUs, GPUs or "
-                "library builds only with a reason.",
+                "justification": f"{TO_CONFIRM}: measured, {measured}. {proposed}; no universal threshold: say "
+                "why this tolerance fits the use (docs/record.md, *Choosing a tolerance*), and widen it for other "
+                "GPUs or library builds only with a reason.",
             }
         else:
             entry["compare"] = {

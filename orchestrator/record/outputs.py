@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.checks.arrays import read_npy
-from orchestrator.checks.metrics import count_non_finite, min_row_cosine, worst_abs
+from orchestrator.checks.metrics import count_non_finite, largest_magnitude, min_row_cosine, worst_abs
 from orchestrator.dossier.paths import file_sha256
 from orchestrator.errors import ArrayFormatError
 
@@ -24,6 +24,8 @@ class ObservedOutput:
     shape: list[int] | None = None
     dtype: str | None = None
     finite: bool | None = None
+    #: max |x| of a float array: its scale, for the tolerance floor (record/draft.py `tolerance_floor`).
+    scale: float | None = None
     is_ids: bool = False  # a JSON list of strings: the identifiers of another output's rows
     #: Measured over the reruns: {"runs": N, "max_abs": x, "min_cosine": y, "identical": bool}
     spread: dict[str, object] = field(default_factory=dict)
@@ -45,6 +47,7 @@ def observe_output(path: Path, relative: str) -> ObservedOutput:
             observed.shape, observed.dtype = list(array.shape), array.dtype
             if array.dtype.startswith(("float", "bfloat")):
                 observed.finite = count_non_finite(array) == 0
+                observed.scale = largest_magnitude(array)
         finally:
             array.close()
     elif kind == "json":
