@@ -49,7 +49,9 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
             expected=f"{len(loaded.lock.requirements)} pins from {model.python.requirements}",
             observed="all installed at the pinned version" if not wrong else f"{len(wrong)} differ",
             passed=not wrong,
-            detail="; ".join(wrong) or None,
+            detail="; ".join(wrong)
+            + (". The image was built from another lock: build it again (orch build)" if wrong else "")
+            or None,
         )
     )
 
@@ -94,6 +96,12 @@ def image_checks(loaded: LoadedDossier, inventory: Inventory, diff: InventoryDif
         details = [*(f"+{p}" for p in diff.added), *(f"-{p}" for p in diff.removed)]
         details += [f"{c.name} {c.reference} → {c.observed}" for c in diff.changed]
         details += [f"{note} (the venv's installer, not locked: not compared)" for note in diff.installer]
+        if not diff.identical:
+            details.append(
+                "if the difference is intended (a lock changed on purpose), the reference inventory no longer "
+                f"describes what this rebuild should hold: record the reference again (orch record), or replace "
+                f"{diff.reference_file} with the new reference environment's `pip freeze --all`"
+            )
         checks.append(
             Check(
                 name="inventory matches the reference",

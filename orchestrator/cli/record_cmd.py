@@ -121,4 +121,5 @@ def record(
             console.print(f"  {item.kind}: {item.where}: {item.shown}", markup=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
-    console.print(f"next: orch validate {result.out / 'dossier.yaml'} (lists the TO CONFIRM fields), then orch lock")
+    draft = result.out / "dossier.yaml"
+    console.print(f"next: orch lock {draft}, then orch validate {draft} (lists the TO CONFIRM fields)")

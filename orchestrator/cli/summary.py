@@ -117,7 +117,8 @@ def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
         console.print(f"  next: {escape(found['next_step'])}")
     if diagnosis.dossier:
         mark = "[green]✓ yes[/]" if diagnosis.can_run else "[red]✗ no[/]"
-        console.print(f"\ncan this host run {escape(diagnosis.dossier)} ({diagnosis.platform}) on its GPU? {mark}")
+        where = "on its GPU" if diagnosis.platform != "cpu" else "(CPU platform: no GPU needed)"
+        console.print(f"\ncan this host run {escape(diagnosis.dossier)} ({diagnosis.platform}) {where}? {mark}")
         if diagnosis.compatibility:
             console.print(
                 f"  compatibility  {diagnosis.compatibility.status}: {escape(diagnosis.compatibility.explanation)}"

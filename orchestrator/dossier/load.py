@@ -255,15 +255,26 @@ def _local_find_links(model: Dossier) -> list[tuple[str, str]]:
     return [(field_name, link) for field_name, link in found if is_local_link(link)]
 
 
+#: What to do about a lock that does not load, whether it was edited on purpose or not.
+LOCK_NEXT_STEP = (
+    "The lock is computed, not written: put an intended change (another version, another package) in the lock's "
+    "input (requirements.in) and run orch lock DOSSIER again; otherwise restore the lock orch lock wrote."
+)
+
+
 def _read_lock(file: str, model: Dossier, root: Path, field: str) -> Lock:
     lock_path = root / model.python.requirements
-    real = locate(root, model.python.requirements, "file", Where(file, field))
+    try:
+        real = locate(root, model.python.requirements, "file", Where(file, field))
+    except DossierError as exc:
+        exc.hint = exc.hint or f"Compute it: orch lock {file} (it reads requirements.in beside the dossier)."
+        raise
     try:
         lock = parse_lock(real.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise DossierError(str(lock_path), "the lock is not UTF-8 text", field=field) from None
+        raise DossierError(str(lock_path), "the lock is not UTF-8 text", field=field, hint=LOCK_NEXT_STEP) from None
     except LockError as exc:
-        raise DossierError(str(lock_path), str(exc), line=exc.line, field=field) from None
+        raise DossierError(str(lock_path), str(exc), line=exc.line, field=field, hint=LOCK_NEXT_STEP) from None
     if model.python.install == "wheelhouse" and not lock.fully_hashed:
         unhashed = next(req for req in lock.requirements if not req.hashes)
         raise DossierError(

@@ -146,10 +146,15 @@ def test_image_checks_name_what_differs() -> None:
     diff = diff_inventories(FREEZE, freeze, "ref.txt")
     checks = {c.name: c for c in image_checks(loaded, parse_inventory(document), diff)}
     assert not checks["python version"].passed
-    assert checks["lock installed exactly"].detail == "sympy==1.14.0 (installed: 1.13.1)"
+    lock_detail = checks["lock installed exactly"].detail or ""
+    assert (
+        lock_detail.startswith("sympy==1.14.0 (installed: 1.13.1). ") and "build it again (orch build)" in lock_detail
+    )
     assert not checks["pip check"].passed and "sympy>=1.13.3" in (checks["pip check"].detail or "")
     assert not checks["torch build matches platform"].passed
-    assert checks["inventory matches the reference"].detail == "sympy 1.14.0 → 1.13.1"
+    inventory_detail = checks["inventory matches the reference"].detail or ""
+    assert inventory_detail.startswith("sympy 1.14.0 → 1.13.1; if the difference is intended")
+    assert "record the reference again (orch record)" in inventory_detail
 
 
 def test_probe_errors_become_a_failed_check() -> None:
