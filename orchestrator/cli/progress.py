@@ -4,6 +4,7 @@ terminal; in logs and CI the step lines print as they come."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,9 +44,24 @@ class StageProgress:
                 self.task, total=total, completed=number - 1, description=f"{self.name}: {instruction[:60]}"
             )
             if not self.progress.console.is_terminal:
-                self.progress.console.print(f"  {line}", markup=False, highlight=False)
+                self.progress.console.print(f"  {short_step(line)}", markup=False, highlight=False)
         elif self.verbose:
             self.progress.console.print(f"  {line}", markup=False, highlight=False)
+
+
+#: The longest build step shown on the console; the build log (build.log) keeps each in full.
+STEP_WIDTH = 160
+_MOUNT = re.compile(r"--mount=\S+\s*")
+
+
+def short_step(line: str) -> str:
+    """A build step as the console shows it: its `--mount=` options counted, not spelled out (a wheel feed's
+    RUN line runs to hundreds of characters), and cut at STEP_WIDTH; build.log has it in full."""
+    mounts = len(_MOUNT.findall(line))
+    shown = " ".join(_MOUNT.sub("", line).split())
+    if mounts:
+        shown = shown.replace(" RUN ", f" RUN [{mounts} mounts] ", 1)
+    return shown if len(shown) <= STEP_WIDTH else shown[: STEP_WIDTH - 1] + "…"
 
 
 @contextmanager

@@ -108,7 +108,19 @@ def headline(stage: StageResult) -> tuple[str | None, str]:
         return None, "failed (no error recorded)"
     if stage.status in ("skipped", "not_run"):
         return None, one_line(stage.reason) if stage.reason else "no reason recorded"
-    return None, checks_summary(stage)
+    measured = measured_figures(stage)
+    return None, checks_summary(stage) + (f" · {measured}" if measured else "")
+
+
+def measured_figures(stage: StageResult) -> str:
+    """What a passed stage measured, for its card: the sample's comparisons ("embeddings: max |Δ| = 0") and the
+    image's inventory against the reference, so a reader sees the figures, not only that checks held."""
+    shown = [
+        f"{check.name.split(':', 1)[0]}: {check.observed}"
+        for check in stage.checks
+        if " vs " in check.name or check.name == "inventory matches the reference"
+    ]
+    return one_line("; ".join(shown[:3]), 160) if shown else ""
 
 
 def scalar_text(value: Any) -> str:

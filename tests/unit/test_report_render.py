@@ -160,7 +160,7 @@ class _Page(HTMLParser):
         self.tags.append(tag)
         if tag == "article" and "card" in (found.get("class") or ""):
             self.cards.append((found["data-stage"] or "", found["data-status"] or ""))
-        if tag == "details":
+        if tag == "details" and found.get("class") == "stage":
             self.details.append(found.get("id") or "")
         self._in_title = tag == "title"
         if tag not in self.VOID:
@@ -236,7 +236,9 @@ def test_html_is_self_contained(report: Report) -> None:
 
 def test_html_sections_are_open_so_they_print(report: Report) -> None:
     page = _parse(render_html(report))
-    assert [value for tag, name, value in page.attrs if tag == "details" and name == "open"] == [None] * 4
+    assert [value for tag, name, value in page.attrs if tag == "details" and name == "open"] == [None] * 4, (
+        "the four stages open; the facts under each are folded"
+    )
 
 
 def test_html_is_deterministic(report: Report) -> None:
@@ -399,3 +401,21 @@ def test_a_damaged_build_record_is_bad_input_naming_file_and_field(tmp_path: Pat
     path.write_text(json.dumps({"format": "orch.report/1"}))
     with pytest.raises(BadInput, match=r"format 'orch\.report/1', expected an orch build record \(orch\.build/1\)"):
         read_record(path)
+
+
+def test_a_passed_card_shows_the_measured_figures_and_the_facts_are_folded() -> None:
+    from orchestrator.model.checks import Check
+    from orchestrator.model.report import StageResult
+    from orchestrator.report.view import headline
+
+    sample = StageResult(
+        name="sample",
+        status="passed",
+        checks=[
+            Check(name="embeddings: shape", expected="[36, 384]", observed="[36, 384]", passed=True),
+            Check(name="embeddings: max_abs vs reference", expected="≤ 2e-07", observed="max |Δ| = 0", passed=True),
+        ],
+    )
+    assert headline(sample) == (None, "2/2 checks held · embeddings: max |Δ| = 0")
+    template = (Path(__file__).resolve().parents[2] / "templates" / "report" / "report.html.j2").read_text()
+    assert '<details class="facts-fold">' in template and '<details class="facts-fold" open' not in template
