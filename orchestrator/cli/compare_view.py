@@ -36,6 +36,10 @@ def _verdict(verdict: Verdict, note: str | None = None, intent: str | None = Non
     return f"[{_VERDICT_STYLE[verdict]}]{escape(verdict_label(verdict, note, intent=intent))}[/]"
 
 
+#: Below this console width the differences print one per line instead of as a table.
+NARROW = 100
+
+
 def _table(*columns: str) -> Table:
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for column in columns:
@@ -51,7 +55,13 @@ def _differences(console: Console, title: str, rows: list[Difference], intent: s
     differing = [row for row in rows if row.verdict != "same"]
     same = [row.field for row in rows if row.verdict == "same"]
     console.print(f"\n[bold]{title}[/]")
-    if differing:
+    if differing and console.width < NARROW:
+        # A four-column table wraps every cell at 80 columns: one line per difference reads better there.
+        for row in differing:
+            a, b = (short(row.a), short(row.b)) if row.field == "identity" else (row.a, row.b)
+            verdict = _verdict(row.verdict, row.note, intent)
+            console.print(f"  {escape(row.field)}: {escape(a)} [dim]→[/] {escape(b)}  {verdict}", overflow="fold")
+    elif differing:
         table = _table("", "A", "B", "verdict")
         for row in differing:
             a, b = (short(row.a), short(row.b)) if row.field == "identity" else (row.a, row.b)

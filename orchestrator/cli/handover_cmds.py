@@ -237,14 +237,12 @@ def verify(
                 auth=auth,
             )
         names = ", ".join(filter(None, [result.image.reference, result.image.dossier_tag]))
-        how = (
-            f"pulled {checked.pull_from} by digest (no tag of its own)"
-            if checked.pull_from
-            else "loaded with no tag of its own"
-        )
+        # The archive carries no tag of its own (a tag in it could overwrite one on this engine): verify names the
+        # image it loaded or pulled itself, and says which names it gave it.
+        how = f"pulled {checked.pull_from} by digest" if checked.pull_from else "loaded from image.tar.gz"
         checked_line = (
             f"checked: all {len(checked.manifest.files) + 1} files match SHA256SUMS, no path leaves the folder, "
-            f"the image is {checked.manifest.image_id[:19]}; {how}, as {names}"
+            f"the image is {checked.manifest.image_id[:19]}; {how} and named here {names}"
         )
         name = checked.manifest.dossier_name
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))

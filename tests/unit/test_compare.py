@@ -405,3 +405,12 @@ def test_terminal_rendering_shows_every_layer() -> None:
         "nvidia-cublas-cu12",
     ):
         assert expected in text, expected
+
+
+def test_at_80_columns_each_difference_is_one_line_not_a_wrapped_table() -> None:
+    console = Console(record=True, width=80, highlight=False)
+    print_compare(console, compare_sides(side(cuda_reference()), side(cpu_variant_of_cuda())))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert "  platform: cuda 12.4 → cpu  intended (variant cpu)" in lines, "field, A → B and verdict on one line"
+    assert "  torch: 2.6.0+cu124 → 2.13.0+cpu  intended (variant cpu)" in lines
