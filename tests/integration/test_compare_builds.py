@@ -44,6 +44,9 @@ def test_one_changed_package_is_named_exactly(
     lock = tiny_example / "requirements-cpu.lock"
     lines = [line for line in lock.read_text().splitlines() if not line.startswith("typing-extensions==")]
     lock.write_text("\n".join([*lines, f"typing-extensions==4.15.0 --hash=sha256:{digest}"]) + "\n")
+    # An intended change: the reference inventory is updated with it, as the inventory check's hint says.
+    freeze = tiny_example / "reference" / "pip-freeze.txt"
+    freeze.write_text(freeze.read_text().replace("typing_extensions==4.16.0", "typing_extensions==4.15.0"))
     rebuild = run_build(load_dossier(tiny_example / "dossier.yaml"), engine, BuildOptions(out=tmp_path / "b"))
     assert rebuild.status == "passed", rebuild.failure
 
