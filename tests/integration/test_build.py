@@ -76,8 +76,8 @@ def test_cold_wheelhouse_build_is_hermetic_and_recorded(
     assert inventory.os_package_manager == "dpkg" and "python3.11" in inventory.os_packages
     assert inventory.backend.torch == "2.13.0+cpu" and inventory.backend.torch_cuda is None
     assert all(check.passed for check in record.checks) and len(record.checks) == 5
-    inventory = next(check for check in record.checks if check.name == "inventory matches the reference")
-    assert inventory.observed == "identical: 0 added, 0 removed, 0 changed"
+    compared = next(check for check in record.checks if check.name == "inventory matches the reference")
+    assert compared.observed == "identical: 0 added, 0 removed, 0 changed"
     assert read_record(out / "build.json") == record
     log = (out / "build.log").read_text()
     assert "Step 1/" in log
