@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # typing only: the CLI's start-up path stays free of pydantic
     from orchestrator.dossier.load import LoadedDossier
     from orchestrator.engine import Engine
     from orchestrator.model.build_record import BuildRecord
+    from orchestrator.model.host import HostFacts
     from orchestrator.model.report import Report
     from orchestrator.pipeline.rebuild import RebuildHooks
 
@@ -88,24 +89,26 @@ def probe(
         return
     console = make_console()
     with connect() as engine, console.status(f"probing {loaded.model.name}") as status:
-        if not no_preflight:
-            _preflight(engine, loaded, gpus)
+        host = _preflight(engine, loaded, gpus) if not no_preflight else None
         report = run_probe(
             loaded,
             engine,
             ProbeOptions(out=out, image=image, gpus=gpus, environ=dict(os.environ)),
+            host_facts=(lambda: host) if host is not None else None,
             on_stage=lambda s: status.update(f"{loaded.model.name}: {s}"),
             write_report=True,
         )
     _finish(report, report_paths(out))
 
 
-def _preflight(engine: Engine, loaded: LoadedDossier, gpus: str | None) -> None:
-    """Before any build or container: can this host run the dossier's GPU stages? (pipeline/preflight.py)"""
+def _preflight(engine: Engine, loaded: LoadedDossier, gpus: str | None) -> HostFacts:
+    """Before any build or container: can this host run the dossier's GPU stages? (pipeline/preflight.py)
+    The host facts it read are the run's: they are not collected a second time."""
     from orchestrator.checks.host_layer import cpu_variant_of
     from orchestrator.pipeline.preflight import check_host
 
-    check_host(engine, loaded, gpus=gpus, environ=dict(os.environ), cpu_variant=cpu_variant_of(loaded))
+    diagnosis = check_host(engine, loaded, gpus=gpus, environ=dict(os.environ), cpu_variant=cpu_variant_of(loaded))
+    return diagnosis.host
 
 
 class _RebuildView:
@@ -172,11 +175,17 @@ def rebuild_and_report(
     )
     console = make_console()
     with connect() as engine:
-        if preflight:
-            _preflight(engine, loaded, gpus)
+        host = _preflight(engine, loaded, gpus) if preflight else None
         with _RebuildView(console, loaded.model.name, out) as view:
             result = rebuild_run(
-                loaded, engine, options, hooks=view.hooks(), gpus=gpus, environ=dict(os.environ), handover=handover
+                loaded,
+                engine,
+                options,
+                hooks=view.hooks(),
+                host_facts=(lambda: host) if host is not None else None,
+                gpus=gpus,
+                environ=dict(os.environ),
+                handover=handover,
             )
     run = result.run
     assert run.report is not None

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.checks.failures import explain, explanations_for_report, unexplained
+from orchestrator.checks.failures import explanations_for_report, unexplained
 from orchestrator.checks.host_layer import (
     ImageNeeds,
     compat_verdict,
@@ -102,17 +102,14 @@ def diagnose(
 def capture_explanations(capture: Capture) -> list[dict[str, str]]:
     """What a host capture's failures mean: its logs (a start error, a probe's stderr) and the output of every
     captured command that failed (nvidia-smi that cannot talk to the driver, an NVML mismatch), each explained by
-    the failure catalogue; a failure no entry knows is named with its raw text and the next diagnostic step."""
-    found = explanations_for_report(dict(capture.logs()))
-    known = {entry["id"] for entry in found}
-    for name, text in capture.logs().items():
-        if text.strip() and not explain(text):
-            found.append(unexplained("captured-command", text, where=f"log {name}"))
-    for argv, returncode, text in capture.failed_commands():
-        where = "command " + " ".join(argv)
-        explained = [entry for entry in explanations_for_report({where: text}) if entry["id"] not in known]
-        known |= {entry["id"] for entry in explained}
-        found += explained
-        if not explain(text) and returncode != 0:
+    the failure catalogue, each cause once; a failure no entry knows is named with its raw text and the next
+    diagnostic step (a command only when it exited non-zero: a warning on stderr alone is not a failure)."""
+    texts = [(f"log {name}", text, True) for name, text in capture.logs().items()]
+    texts += [("command " + " ".join(argv), text, code != 0) for argv, code, text in capture.failed_commands()]
+    found: list[dict[str, str]] = []
+    for where, text, failed in texts:
+        explained = explanations_for_report({where: text})
+        found += [entry for entry in explained if entry["id"] not in {seen["id"] for seen in found}]
+        if not explained and failed and text.strip():
             found.append(unexplained("captured-command", text, where=where))
     return found
