@@ -105,6 +105,17 @@ class HandoverDamaged(VerdictFailed):
     code = "handover-damaged"
 
 
+class AttestationRefused(VerdictFailed):
+    """`orch verify --trust`: the hand-over (or pushed image) is not attributed to a trusted signer.
+
+    Exit 1, like a damaged hand-over: no attestation where one was required, a signature by a key the trust
+    file does not list, an attestation about another image, or an attested file that changed. Refused before
+    anything is loaded or run.
+    """
+
+    code = "attestation-refused"
+
+
 class BadInput(OrchError):
     """The user's input is wrong: dossier, file, hash, option. Fixing the input fixes it."""
 

@@ -64,6 +64,15 @@ def _auth(user_env: str | None, password_env: str | None) -> RegistryAuth | None
     is_flag=True,
     help="With --push: leave image.tar.gz out; `orch verify` then pulls the image by its digest.",
 )
+@click.option(
+    "--sign",
+    "sign_key",
+    metavar="KEY",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Sign the provenance and verification attestations with this key: a private key file (OpenSSH or "
+    "PEM; Ed25519, ECDSA or RSA), or KEY.pub with the private key in ssh-agent. Read, never copied.",
+)
 @registry_credentials_options
 def handover(
     dossier: Path,
@@ -72,10 +81,15 @@ def handover(
     variant: str | None,
     push: str | None,
     no_image_file: bool,
+    sign_key: Path | None,
     registry_user_env: str | None,
     registry_password_env: str | None,
 ) -> None:
-    """Write a hand-over folder: saved image, dossier, Dockerfile, lock, inventory, reports, procedure, checksums."""
+    """Write a hand-over folder: saved image, dossier, Dockerfile, lock, inventory, reports, procedure, checksums.
+
+    With --sign, also signed attestations (SLSA provenance and the report's verdict, in-toto statements in
+    DSSE envelopes) that `orch verify --trust` checks; with --push too, they are pushed beside the image.
+    """
     from orchestrator.cli.console import make_console
     from orchestrator.dossier.load import load_dossier
     from orchestrator.engine import connect
@@ -83,6 +97,12 @@ def handover(
     from orchestrator.stages.handover import write_handover
 
     loaded = load_dossier(dossier, variant=variant)
+    signer = None
+    if sign_key is not None:
+        from orchestrator.attest.keys import load_signer
+
+        # Before any rebuild or push: a key that cannot sign stops here, with nothing done.
+        signer = load_signer(sign_key, os.environ.get("SSH_AUTH_SOCK"))
     if no_image_file and push is None:
         raise BadInput("--no-image-file needs --push: the registry is then the image's only source")
     push_to = _push_target(push, loaded.identity) if push else None
@@ -103,6 +123,7 @@ def handover(
             push_to=push_to,
             auth=auth,
             image_file=not no_image_file,
+            signer=signer,
         )
     size = sum(f.size for f in manifest.files) / 1e9
     console.print(
@@ -110,7 +131,10 @@ def handover(
     )
     if manifest.repository_digest:
         console.print(f"  pushed: {manifest.repository_digest}")
-    console.print(f"  replay it on another machine: orch verify {out} --out verify-out")
+    if signer is not None:
+        console.print(f"  signed: attestations/ by {signer.public_key.keyid} (provenance and verification)")
+    trust = " --trust ALLOWED_SIGNERS" if signer is not None else ""
+    console.print(f"  replay it on another machine: orch verify {out}{trust} --out verify-out")
 
 
 def _push_target(text: str, identity: str) -> ImageReference:
@@ -160,6 +184,15 @@ def _push_target(text: str, identity: str) -> ImageReference:
     default=None,
     help="With a REFERENCE: the dossier (default: the path the report records).",
 )
+@click.option(
+    "--trust",
+    "trust_file",
+    metavar="FILE",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Require attestations signed by a key of FILE (an SSH allowed_signers file, .pub lines or PEM public "
+    "keys): an unsigned folder, another signer, another image or a changed attested file is refused first.",
+)
 @registry_credentials_options
 @gpus_option
 def verify(
@@ -168,6 +201,7 @@ def verify(
     from_registry: bool,
     report_path: Path | None,
     dossier_path: Path | None,
+    trust_file: Path | None,
     registry_user_env: str | None,
     registry_password_env: str | None,
     gpus: str | None,
@@ -189,6 +223,11 @@ def verify(
 
     console = make_console()
     auth = _auth(registry_user_env, registry_password_env)
+    trusted = None
+    if trust_file is not None:
+        from orchestrator.attest.keys import load_trust
+
+        trusted = load_trust(trust_file)
     reference = _as_reference(source)
     if reference is not None:
         if report_path is None:
@@ -207,7 +246,9 @@ def verify(
                 gpus=gpus,
                 environ=dict(os.environ),
                 auth=auth,
+                trusted=trusted,
             )
+        who = result.attribution or ""
         checked_line = (
             f"checked: {checked_reference.pinned} is image {result.report.image.id[:19] if result.report.image else '?'}"
             f", the report's; pulled by digest, as {result.image.reference}"
@@ -224,7 +265,7 @@ def verify(
             )
         # Before anything needs an engine: a damaged or tampered folder is a verdict on its own.
         with console.status("verify: checking the folder"):
-            checked = check_handover(folder, from_registry=from_registry)
+            checked = check_handover(folder, from_registry=from_registry, trusted=trusted)
         with connect() as engine, console.status("verifying") as status:
             result = verify_handover(
                 folder,
@@ -245,6 +286,7 @@ def verify(
             f"the image is {checked.manifest.image_id[:19]}; {how} and named here {names}"
         )
         name = checked.manifest.dossier_name
+        who = checked.attribution.line() if checked.attribution else checked.unattributed or ""
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for column in ("layer", "shipped", "replayed", "verdict"):
         table.add_column(column)
@@ -252,6 +294,7 @@ def verify(
         mark = "[green]reproduced[/]" if layer.verdict == "reproduced" else "[red]differs[/]"
         table.add_row(layer.stage, layer.shipped, layer.replayed, mark)
     console.print(checked_line)
+    console.print(f"  {escape(who)}")
     if result.image.tag_left:
         console.print(f"  [yellow]note[/]: {result.image.tag_left}")
     console.print(table)

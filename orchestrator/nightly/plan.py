@@ -84,6 +84,11 @@ class PublishSpec(_Strict):
     username_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     password_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     ca_cert: Path | None = Field(default=None, description="The registry's CA certificate, relative to the plan.")
+    sign_key: Path | None = Field(
+        default=None,
+        description="Sign each pushed image's attestations with this key, relative to the plan: a private key file "
+        "(OpenSSH or PEM), or a .pub whose key is in ssh-agent. Pushed beside the image; never copied.",
+    )
 
 
 class NightlyPlan(_Strict):
@@ -201,6 +206,8 @@ def _resolve_paths(plan: NightlyPlan, base: Path) -> NightlyPlan:
     publish = plan.publish
     if publish is not None and publish.ca_cert is not None:
         publish = publish.model_copy(update={"ca_cert": _absolute(base, publish.ca_cert)})
+    if publish is not None and publish.sign_key is not None:
+        publish = publish.model_copy(update={"sign_key": _absolute(base, publish.sign_key)})
     return plan.model_copy(
         update={
             "dossiers": dossiers,

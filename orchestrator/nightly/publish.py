@@ -10,6 +10,11 @@ tag `<identity12>-<YYYYMMDD>[.N]-<target>` (the dossier identity, the night, the
 Nothing here raises for a push that failed — a registry that is down, refuses the credentials or
 lacks room is a `failed` entry with its reason, and the night's summary says so; the night itself
 already ran. Credentials are read from the environment variables the plan names, at push time only.
+
+With the plan's `publish.sign_key`, each pushed image's provenance and verification statements are signed
+and pushed beside it (`stages/attestations_registry.py`: `<repository>:sha256-<hex>.orch-att`), named in
+publish.json as `attestations`; `orch verify REF --report REPORT --trust FILE` checks them. An image pushed
+whose attestations could not be is a failed cell of the publish (the plan asked for a signed image).
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
+from securesystemslib.signer import Signer
 
+from orchestrator.attest.keys import load_signer
 from orchestrator.engine import Connection, Engine, RegistryAuth, connect
 from orchestrator.errors import ImageReferenceError, OrchError
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.image_ref import registry_tag
 from orchestrator.nightly.cell import CellOutcome
+from orchestrator.report.write import read_report
+from orchestrator.stages.attestations_registry import attest_published
 from orchestrator.stages.build import read_record
 from orchestrator.stages.publish import PublishOutcome, publish_image, push_target, registry_auth
 from orchestrator.text import one_line
@@ -52,9 +61,15 @@ class PublishTo(Protocol):
     @property
     def password_env(self) -> str | None: ...
 
+    @property
+    def sign_key(self) -> Path | None: ...
+
 
 class PublishedCell(PublishOutcome):
     cell_id: str
+    #: `registry/repository:sha256-<hex>.orch-att`: the signed attestations pushed beside the image (the plan's
+    #: `sign_key`); None when the plan signs nothing.
+    attestations: str | None = None
 
 
 class PublishRecord(BaseModel):
@@ -97,7 +112,12 @@ def _target_of(cell_id: str) -> str:
 
 
 def _publish_cell(
-    engine: Engine, spec: PublishTo, night_dir: Path, outcome: CellOutcome, auth: RegistryAuth | None
+    engine: Engine,
+    spec: PublishTo,
+    night_dir: Path,
+    outcome: CellOutcome,
+    auth: RegistryAuth | None,
+    signer: Signer | None = None,
 ) -> PublishedCell:
     cell_id = outcome.cell_id
     try:
@@ -109,7 +129,24 @@ def _publish_cell(
     except OrchError as exc:
         return PublishedCell(cell_id=cell_id, status="failed", reason=one_line(exc.message, 400))
     outcome_of_push = publish_image(engine, record.image.id, target, auth)
-    return PublishedCell(cell_id=cell_id, **outcome_of_push.model_dump())
+    published = PublishedCell(cell_id=cell_id, **outcome_of_push.model_dump())
+    if signer is None or published.pinned is None:
+        return published
+    try:
+        report = read_report(night_dir / cell_id / "report.json")
+        attestations = attest_published(
+            engine,
+            cell=night_dir / cell_id,
+            record=record,
+            report=report,
+            pinned=published.pinned,
+            signer=signer,
+            auth=auth,
+        )
+    except OrchError as exc:
+        reason = f"pushed as {published.pinned}, but its attestations were not: {exc.message}"
+        return published.model_copy(update={"status": "failed", "reason": one_line(reason, 400)})
+    return published.model_copy(update={"attestations": attestations})
 
 
 def publish_passed(
@@ -130,8 +167,12 @@ def publish_passed(
     images: list[PublishedCell] = []
     local: Connection | None = None
     try:
+        signer: Signer | None = None
         try:
             auth = registry_auth(spec.username_env, spec.password_env, os.environ if environ is None else environ)
+            if spec.sign_key is not None:
+                variables = os.environ if environ is None else environ
+                signer = load_signer(spec.sign_key, variables.get("SSH_AUTH_SOCK"))
         except OrchError as exc:
             images = [
                 PublishedCell(cell_id=cell.cell_id, status="failed", reason=one_line(exc.message, 400))
@@ -149,7 +190,7 @@ def publish_passed(
             except OrchError as exc:
                 images.append(PublishedCell(cell_id=cell.cell_id, status="failed", reason=one_line(exc.message, 400)))
                 continue
-            images.append(_publish_cell(engine, spec, night_dir, cell, auth))
+            images.append(_publish_cell(engine, spec, night_dir, cell, auth, signer))
     finally:
         if local is not None:
             local.close()

@@ -13,6 +13,8 @@ Contents (every file listed with its sha256 in `SHA256SUMS`, written last):
     PROCEDURE.md        the exact sequence: load or rebuild, diagnose, run the sample, re-read the output;
                         its ```sh blocks run as they are, in order, and write only under $WORK
     ACCESS.md           which credentials are needed and how to provide them — by name only
+    attestations/       with `--sign KEY`: the signed provenance and verification statements (stages/attestations.py),
+                        outside SHA256SUMS, which they attest
     manifest.json       format orch.handover/1: dossier identity, image id and tag, files and sizes, and
                         with `--push` the repository digest (`registry/repository@sha256:…`)
     SHA256SUMS          `sha256sum -c` compatible
@@ -34,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from securesystemslib.signer import Signer
+
 from orchestrator import __version__
 from orchestrator.compare.read import read_environment_file
 from orchestrator.documents import read_document
@@ -50,6 +54,8 @@ from orchestrator.plan.program import HandOver
 from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
+from orchestrator.stages.attestations import build_facts, write_attestations
+from orchestrator.stages.attestations_registry import push_attestations
 from orchestrator.stages.build import read_record
 from orchestrator.stages.publish import publish_image
 from orchestrator.stages.state import DONE, Run, StepOutcome
@@ -169,6 +175,7 @@ def _procedure_md(
     *,
     image_file: bool = True,
     pinned: str | None = None,
+    signer: str | None = None,
 ) -> str:
     model = loaded.model
     outputs = [
@@ -198,6 +205,7 @@ def _procedure_md(
         pinned=pinned,
         sample_run=_sample_run_by_hand(loaded, image_id),
         outputs=outputs,
+        signer=signer,
     )
 
 
@@ -226,6 +234,7 @@ def write_handover(
     auth: RegistryAuth | None = None,
     image_file: bool = True,
     built: tuple[BuildRecord, Report] | None = None,
+    signer: Signer | None = None,
 ) -> Manifest:
     """Write the hand-over folder `out` from an `orch rebuild` folder.
 
@@ -235,6 +244,9 @@ def write_handover(
 
     `built`: the build's record and the report of the program that just wrote them (`orch rebuild
     --handover`), taken in memory; otherwise build.json and report.json are read from `rebuild_dir`.
+
+    `signer`: sign the provenance and verification statements (`attestations/`), after SHA256SUMS, which
+    they attest; the key is used in memory (or through the agent) and never written.
     """
     stage = on_stage or (lambda _: None)
     if not image_file and push_to is None:
@@ -300,7 +312,13 @@ def write_handover(
             shutil.copy2(rebuild_dir / name, reports / name)
         (staging / "PROCEDURE.md").write_text(
             _procedure_md(
-                loaded, dossier_file, record.image.id, record.image.tag, image_file=image_file, pinned=pinned
+                loaded,
+                dossier_file,
+                record.image.id,
+                record.image.tag,
+                image_file=image_file,
+                pinned=pinned,
+                signer=signer.public_key.keyid if signer is not None else None,
             ),
             encoding="utf-8",
         )
@@ -334,6 +352,20 @@ def write_handover(
         sums = [(p, h) for p, h, _ in entries] + [(MANIFEST_FILE, file_sha256(staging / MANIFEST_FILE))]
         # SHA256SUMS last: its presence is what marks the folder complete.
         (staging / SUMS_FILE).write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums)), encoding="utf-8")
+        if signer is not None:
+            stage("sign")
+            files = dict(sums) | {SUMS_FILE: file_sha256(staging / SUMS_FILE)}
+            facts = build_facts(
+                record,
+                report,
+                files=files,
+                dossier_file=dossier_file,
+                pinned=pinned,
+            )
+            write_attestations(staging, facts, signer)
+            if pinned is not None:
+                stage("push attestations")
+                push_attestations(engine, staging, pinned, auth)
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)

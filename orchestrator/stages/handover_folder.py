@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from orchestrator.errors import BadInput, HandoverDamaged, ImageReferenceError
 from orchestrator.model.image_ref import parse_pinned
 from orchestrator.model.manifest import Manifest
+from orchestrator.stages.attestations import ATTESTATION_NAMES
 from orchestrator.stages.handover import IMAGE_FILE, MANIFEST_FILE, SUMS_FILE, read_manifest
 
 #: Bounds on the small text files read whole: far above any real hand-over, far below host trouble.
@@ -149,7 +150,8 @@ def check_folder(folder: Path) -> Manifest:
     for name in sorted(listed):
         if name not in present:
             raise HandoverDamaged(f"{name} is listed in {SUMS_FILE} but missing from the folder")
-    extra = sorted(set(present) - set(listed) - {SUMS_FILE})
+    # The signed attestations attest SHA256SUMS, so they cannot be listed in it; no other name is allowed there.
+    extra = sorted(set(present) - set(listed) - {SUMS_FILE} - ATTESTATION_NAMES)
     if extra:
         raise HandoverDamaged(f"{extra[0]} is in the folder but not in {SUMS_FILE}: it was added after the hand-over")
     if MANIFEST_FILE not in listed:

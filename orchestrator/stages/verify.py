@@ -11,7 +11,10 @@ checked without an engine is checked first, and nothing is loaded or run until a
 3. the shipped report: its identity, image id and verdict are the manifest's; the shipped SBOM
    (build/sbom.cdx.json) is a CycloneDX document of the manifest's image;
 4. the image tarball's own manifest and config (`image_tar`): the config digest is the manifest's
-   image id, the tar names only the manifest's tag, the image carries the dossier identity.
+   image id, the tar names only the manifest's tag, the image carries the dossier identity;
+5. with `--trust FILE`, the signed attestations (`attestations`): both envelopes signed by a trusted key,
+   about the manifest's image, and every attested file unchanged; without it, a line saying the folder is
+   unattributed.
 
 A hand-over whose manifest records a repository digest (`orch handover --push`) may have no
 image.tar.gz; then (or with `--from-registry`) step 4 is replaced by pulling that digest — never a
@@ -22,7 +25,7 @@ as `orch-handover:<id>`, the probes run again from the shipped dossier — each 
 after it when it fails — and the new report is compared with the shipped one, layer by layer.
 Every refusal in steps 1 to 4 is `HandoverDamaged` (exit 1) naming the file and what is wrong.
 
-Why one module of ~410 lines: it is the replay's one sequence, in the order above; the checks that stand
+Why one module of ~440 lines: it is the replay's one sequence, in the order above; the checks that stand
 alone already live beside it (`handover_folder`, `image_tar`, `verify_registry`).
 """
 
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.attest.keys import TrustedKey
 from orchestrator.compare.environment import environment_verdict
 from orchestrator.compare.layers import compare_layers
 from orchestrator.compare.read import Side, environment_of, read_environment_file
@@ -51,9 +55,10 @@ from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.attestations import Attribution, check_folder_attestations, unattributed_line
 from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import IMAGE_FILE
-from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder
+from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder, scan_folder
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.stages.probe import ProbeOptions
 
@@ -76,6 +81,10 @@ class CheckedHandover:
     image: ImageTarFacts | None
     #: `registry/repository@sha256:…` to pull the image from, instead of loading image.tar.gz.
     pull_from: str | None = None
+    #: Who signed it (checked against --trust), or None when no trust file was given.
+    attribution: Attribution | None = None
+    #: What is said of the signer without --trust ("unattributed: …"); None when it was checked.
+    unattributed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,8 @@ class VerifyResult:
     #: None when either side records no digest (a hand-over from before it), with the reason.
     environment: EnvironmentDiff | None = None
     environment_note: str | None = None
+    #: Who signed what was verified (`--trust`), or why it is unattributed.
+    attribution: str | None = None
 
 
 def check_sums(folder: Path) -> Manifest:
@@ -191,10 +202,20 @@ def _check_shipped_sbom(folder: Path, manifest: Manifest) -> None:
         raise HandoverDamaged(f"{SHIPPED_SBOM} describes another image than the manifest's {manifest.image_id[:19]}")
 
 
-def check_handover(folder: Path, *, from_registry: bool = False) -> CheckedHandover:
+def check_handover(
+    folder: Path, *, from_registry: bool = False, trusted: list[TrustedKey] | None = None
+) -> CheckedHandover:
     """Everything about a hand-over that needs no engine, in the order that opens nothing unchecked."""
     folder = folder.resolve()
     manifest = check_folder(folder)
+    present = scan_folder(folder)
+    attribution = unattributed = None
+    if trusted is not None:
+        attribution = check_folder_attestations(
+            folder, present, trusted, image_id=manifest.image_id, pinned=manifest.repository_digest
+        )
+    else:
+        unattributed = unattributed_line(folder, present)
     if from_registry and manifest.repository_digest is None:
         raise BadInput(
             f"--from-registry: {folder}/manifest.json records no repository digest (the hand-over was not pushed)"
@@ -219,11 +240,21 @@ def check_handover(folder: Path, *, from_registry: bool = False) -> CheckedHando
             shipped=shipped,
             image=None,
             pull_from=manifest.repository_digest,
+            attribution=attribution,
+            unattributed=unattributed,
         )
     image = inspect_image_tar(
         folder / IMAGE_FILE, image_id=manifest.image_id, tag=manifest.image_tag, identity=manifest.identity
     )
-    return CheckedHandover(folder=folder, manifest=manifest, loaded=loaded, shipped=shipped, image=image)
+    return CheckedHandover(
+        folder=folder,
+        manifest=manifest,
+        loaded=loaded,
+        shipped=shipped,
+        image=image,
+        attribution=attribution,
+        unattributed=unattributed,
+    )
 
 
 def pull_pinned(engine: Engine, pinned: str, image_id: str, auth: RegistryAuth | None, what: str) -> None:

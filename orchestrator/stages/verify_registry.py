@@ -8,6 +8,10 @@ the reference's grammar, the report's schema, the dossier loading with the repor
 digest is pulled (no tag is created), its image id must be the report's, and its identity label the
 dossier's — only then is it tagged `orch-handover:<id>`, probed, and compared with the report, layer
 by layer, exactly as `orch verify FOLDER` does.
+
+With `--trust FILE`, the image's attestations are fetched from the registry first (`attestations_registry`)
+and must be signed by a trusted key, name this digest and the report's image id as their subject, and
+attest the given report file's sha256 — before the image is pulled.
 """
 
 from __future__ import annotations
@@ -16,12 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.attest.keys import TrustedKey
+from orchestrator.attest.statements import REPORT_NAME
 from orchestrator.dossier.load import LoadedDossier, load_dossier
+from orchestrator.dossier.paths import file_sha256
 from orchestrator.engine import Engine, RegistryAuth
-from orchestrator.errors import BadInput, ImageReferenceError
+from orchestrator.errors import AttestationRefused, BadInput, ImageReferenceError
 from orchestrator.model.image_ref import parse_pinned
 from orchestrator.model.report import Report
 from orchestrator.report.write import read_report, write_report
+from orchestrator.stages.attestations import check_statements
+from orchestrator.stages.attestations_registry import attestation_tag, fetch_attestations
 from orchestrator.stages.execute import run_probe
 from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.verify import VerifyResult, adopt_image, judge_replay, pull_pinned
@@ -69,11 +78,16 @@ def verify_reference(
     gpus: str | None = None,
     environ: Mapping[str, str] | None = None,
     auth: RegistryAuth | None = None,
+    trusted: list[TrustedKey] | None = None,
 ) -> VerifyResult:
     stage = on_stage or (lambda _: None)
     shipped = checked.shipped
     assert shipped.image is not None  # check_reference
     image_id = shipped.image.id
+    attribution = "unattributed: not checked (give --trust FILE to require the image's signed attestations)"
+    if trusted is not None:
+        stage("attestations")
+        attribution = check_registry_attestations(engine, checked, trusted, auth)
     stage("pull image")
     image = adopt_image(
         engine,
@@ -102,4 +116,24 @@ def verify_reference(
         reproduced=reproduced,
         report_paths=paths,
         image=image,
+        attribution=attribution,
     )
+
+
+def check_registry_attestations(
+    engine: Engine, checked: CheckedReference, trusted: list[TrustedKey], auth: RegistryAuth | None
+) -> str:
+    """The attestations stored beside `checked.pinned`: trusted signer, this image, this very report."""
+    assert checked.shipped.image is not None
+    envelopes = fetch_attestations(engine, checked.pinned, auth)
+    repository, tag = attestation_tag(checked.pinned)
+    attribution, files = check_statements(
+        envelopes, trusted, image_id=checked.shipped.image.id, pinned=checked.pinned, display=f"{repository}:{tag} "
+    )
+    attested = files.get(REPORT_NAME)
+    if attested is None or attested != file_sha256(checked.report_path):
+        raise AttestationRefused(
+            f"{checked.report_path} is not the report the attestations name (its sha256 differs, or none is named)",
+            hint="Give the report.json that was published with this image.",
+        )
+    return attribution.line()
