@@ -39,6 +39,7 @@ from orchestrator.attest.statements import (
     subject_digests,
     verification_statement,
 )
+from orchestrator.dossier.paths import file_sha256
 from orchestrator.errors import AttestationRefused
 from orchestrator.fsutil import atomic_write_text
 from orchestrator.model.build_record import BuildRecord
@@ -107,6 +108,19 @@ def write_attestations(folder: Path, facts: BuildFacts, signer: Signer) -> list[
         atomic_write_text(target / name.replace(".dsse.json", ".sshsig"), signed.sshsig)
         written += [target / name, target / name.replace(".dsse.json", ".sshsig")]
     return written
+
+
+def sign_folder(
+    folder: Path, record: BuildRecord, report: Report, *, dossier_file: str, pinned: str | None, signer: Signer
+) -> None:
+    """Attest a finished hand-over folder: every file SHA256SUMS lists, and SHA256SUMS itself."""
+    files = {}
+    for line in (folder / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        files[name] = digest
+    files["SHA256SUMS"] = file_sha256(folder / "SHA256SUMS")
+    facts = build_facts(record, report, files=files, dossier_file=dossier_file, pinned=pinned)
+    write_attestations(folder, facts, signer)
 
 
 @dataclass(frozen=True)

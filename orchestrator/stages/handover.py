@@ -54,7 +54,7 @@ from orchestrator.plan.program import HandOver
 from orchestrator.report.sbom import SBOM_FILE
 from orchestrator.report.write import read_report
 from orchestrator.resources import handover_templates_root, render_template
-from orchestrator.stages.attestations import build_facts, write_attestations
+from orchestrator.stages.attestations import sign_folder
 from orchestrator.stages.attestations_registry import push_attestations
 from orchestrator.stages.build import read_record
 from orchestrator.stages.publish import publish_image
@@ -354,15 +354,7 @@ def write_handover(
         (staging / SUMS_FILE).write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums)), encoding="utf-8")
         if signer is not None:
             stage("sign")
-            files = dict(sums) | {SUMS_FILE: file_sha256(staging / SUMS_FILE)}
-            facts = build_facts(
-                record,
-                report,
-                files=files,
-                dossier_file=dossier_file,
-                pinned=pinned,
-            )
-            write_attestations(staging, facts, signer)
+            sign_folder(staging, record, report, dossier_file=dossier_file, pinned=pinned, signer=signer)
             if pinned is not None:
                 stage("push attestations")
                 push_attestations(engine, staging, pinned, auth)

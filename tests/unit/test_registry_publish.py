@@ -156,6 +156,7 @@ class _Spec:
     repository = "team/nightly"
     username_env: str | None = "REG_USER"
     password_env: str | None = "REG_TOKEN"
+    sign_key: Path | None = None
 
 
 def _night(tiny: LoadedDossier, tmp_path: Path) -> tuple[FakeEngine, Path, CellOutcome]:
