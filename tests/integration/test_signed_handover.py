@@ -113,7 +113,9 @@ def test_a_signed_hand_over_verifies_with_the_teams_key_and_says_who_signed(
     # Without --trust, verify says whose key the folder claims, unchecked (the same checks, in process).
     unchecked = check_handover(signed)
     assert unchecked.attribution is None and unchecked.unattributed is not None
-    assert unchecked.unattributed.startswith("unattributed: signed by SHA256:") and "not checked" in unchecked.unattributed
+    assert (
+        unchecked.unattributed.startswith("unattributed: signed by SHA256:") and "not checked" in unchecked.unattributed
+    )
 
 
 def _refused(folder: Path, trust: Path, tmp_path: Path) -> str:
