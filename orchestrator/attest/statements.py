@@ -4,7 +4,8 @@
    image by its config digest (its image id), named by its tag, and, once pushed, the repository by its
    manifest digest. `buildDefinition.externalParameters` carry the dossier (name, identity, variant,
    platform); `resolvedDependencies` the dossier file, the rendered Dockerfile, the lock, the wheel hashes,
-   the base image (by id, and by repository digest when known) and the code revision;
+   the base image (by id, and by repository digest when known) and the code revision (marked
+   `dirty` when the checkout had uncommitted changes);
    `runDetails.builder` names orch and the builder kind, with orch's version; `byproducts` the image
    archive, build.json, the SBOM, the environment list and the observed inventory.
 2. **Verification** (`predicateType https://in-toto.io/attestation/test-result/v0.1`): what the report said.
@@ -79,6 +80,8 @@ class BuildFacts:
     dossier_file: str
     #: `registry/repository@sha256:…` once pushed.
     pinned: str | None = None
+    #: The checkout had uncommitted changes when it was built.
+    code_dirty: bool = False
     #: Stage name → status, and the verdict, for the verification statement.
     stages: dict[str, str] = field(default_factory=dict)
     verdict: str = "failed"
@@ -109,7 +112,11 @@ def provenance_statement(facts: BuildFacts) -> dict[str, Any]:
         base,
     ]
     if facts.code_revision:
-        dependencies.append({"name": "code", "uri": facts.code_source, "digest": {"gitCommit": facts.code_revision}})
+        code: dict[str, Any] = {"name": f"code:{facts.code_source}", "digest": {"gitCommit": facts.code_revision}}
+        if facts.code_dirty:
+            # The commit does not describe the files built: uncommitted changes were in the checkout.
+            code["annotations"] = {"dirty": True}
+        dependencies.append(code)
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,

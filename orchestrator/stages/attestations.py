@@ -82,6 +82,7 @@ def build_facts(
         base_digest=record.base_image.digest,
         code_source=record.code.source,
         code_revision=record.code.revision,
+        code_dirty=record.code.dirty,
         install_mode=record.context.install_mode,
         context_digest=record.context.digest,
         files=files,

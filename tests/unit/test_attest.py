@@ -231,7 +231,9 @@ def test_statements_pass_the_in_toto_bindings_and_name_the_image_and_files() -> 
     assert verification["predicateType"] == TEST_RESULT and predicate["result"] == "PASSED"
     assert predicate["passedTests"] == ["image", "host", "sample"] and predicate["warnedTests"] == ["device"]
     dependencies = provenance["predicate"]["buildDefinition"]["resolvedDependencies"]
-    assert {"name": "code", "uri": "app", "digest": {"gitCommit": facts.code_revision}} in dependencies
+    assert {"name": "code:app", "digest": {"gitCommit": facts.code_revision}} in dependencies
+    dirty = provenance_statement(_facts(code_dirty=True))["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert {"name": "code:app", "digest": {"gitCommit": facts.code_revision}, "annotations": {"dirty": True}} in dirty
     assert verification_statement(_facts(verdict="failed"))["predicate"]["result"] == "FAILED"
 
 
