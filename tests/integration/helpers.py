@@ -9,11 +9,21 @@ subprocess); cleanup and leak checks filter on it and never prune.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import docker
+
+from orchestrator.dossier.load import LoadedDossier, load_dossier
+from orchestrator.engine import Engine
+from orchestrator.report.write import write_report
+from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.execute import run_build, run_probe
+from orchestrator.stages.probe import ProbeOptions
+from tests.paths import EXAMPLES
 
 SESSION_KEY = "io.orch.test-session"
 SESSION_ID = uuid.uuid4().hex[:16]
@@ -46,3 +56,20 @@ def session_containers() -> set[str]:
         return {str(c.id) for c in client.containers.list(all=True, filters={"label": SESSION_FILTER})}
     finally:
         client.close()
+
+
+def rebuilt_private_copy(engine: Engine, root: Path, marker: str) -> tuple[LoadedDossier, Path]:
+    """A private copy of tiny-embeddings (its own identity, from `marker`, so its image can be removed), built
+    and probed into `root/rebuild` (cached layers: only its label layer is new)."""
+    example = root / "tiny-embeddings"
+    shutil.copytree(EXAMPLES / "tiny-embeddings", example)
+    dossier = example / "dossier.yaml"
+    dossier.write_text(dossier.read_text().replace("on the CPU.", f"on the CPU ({marker} {SESSION_ID})."))
+    loaded = load_dossier(dossier)
+    out = root / "rebuild"
+    record = run_build(loaded, engine, BuildOptions(out=out))
+    assert record.image is not None, record.failure
+    report = run_probe(loaded, engine, ProbeOptions(out=out, image=record.image.tag))
+    write_report(report, out)
+    assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
+    return loaded, out

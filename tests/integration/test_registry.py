@@ -27,20 +27,16 @@ import pytest
 
 from orchestrator.attest.envelope import sign_statement
 from orchestrator.attest.keys import load_signer, load_trust
-from orchestrator.dossier.load import LoadedDossier, load_dossier
+from orchestrator.dossier.load import LoadedDossier
 from orchestrator.engine import Engine, PullRequest, RegistryAuth, RemoveImage
 from orchestrator.nightly.cell import CellOutcome
 from orchestrator.nightly.publish import publish_passed
-from orchestrator.report.write import write_report
 from orchestrator.stages.attestations_registry import push_attestations
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions
-from orchestrator.stages.execute import run_build, run_probe
-from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.publish import publish_image, push_target
 from orchestrator.stages.verify import check_handover
-from tests.integration.helpers import SESSION_ID, orch
-from tests.paths import EXAMPLES, REPO
+from tests.integration.helpers import SESSION_ID, orch, rebuilt_private_copy
+from tests.paths import REPO
 
 SCRIPT = REPO / "scripts" / "registry.sh"
 USER_VAR = "ORCH_TEST_REGISTRY_USER"
@@ -96,19 +92,7 @@ def rebuilt(
     engine: Engine, base_image: BaseOutcome, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[LoadedDossier, Path]:
     """A private copy of tiny-embeddings, built and probed (cached layers: only its label layer is new)."""
-    root = tmp_path_factory.mktemp("registry-src")
-    example = root / "tiny-embeddings"
-    shutil.copytree(EXAMPLES / "tiny-embeddings", example)
-    dossier = example / "dossier.yaml"
-    dossier.write_text(dossier.read_text().replace("on the CPU.", f"on the CPU (registry test {SESSION_ID})."))
-    loaded = load_dossier(dossier)
-    out = root / "rebuild"
-    record = run_build(loaded, engine, BuildOptions(out=out))
-    assert record.image is not None, record.failure
-    report = run_probe(loaded, engine, ProbeOptions(out=out, image=record.image.tag))
-    write_report(report, out)
-    assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
-    return loaded, out
+    return rebuilt_private_copy(engine, tmp_path_factory.mktemp("registry-src"), "registry test")
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,12 @@ import pytest
 
 from orchestrator.attest.envelope import sign_statement
 from orchestrator.attest.keys import load_signer
-from orchestrator.dossier.load import load_dossier
 from orchestrator.engine import Engine
-from orchestrator.report.write import write_report
 from orchestrator.stages.base_image import BaseOutcome
-from orchestrator.stages.build import BuildOptions
-from orchestrator.stages.execute import run_build, run_probe
 from orchestrator.stages.handover import procedure_blocks, read_manifest
-from orchestrator.stages.probe import ProbeOptions
 from orchestrator.stages.verify import check_handover
 from tests.handover_craft import reseal
-from tests.integration.helpers import SESSION_ID, orch, session_containers
-from tests.paths import EXAMPLES
+from tests.integration.helpers import orch, rebuilt_private_copy, session_containers
 
 
 def _keygen(folder: Path, name: str) -> Path:
@@ -72,17 +66,8 @@ def signed(
     engine: Engine, base_image: BaseOutcome, keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     root = tmp_path_factory.mktemp("signed-src")
-    example = root / "tiny-embeddings"
-    shutil.copytree(EXAMPLES / "tiny-embeddings", example)
-    dossier = example / "dossier.yaml"
-    dossier.write_text(dossier.read_text().replace("on the CPU.", f"on the CPU (signed test {SESSION_ID})."))
-    loaded = load_dossier(dossier)
-    rebuild = root / "rebuild"
-    record = run_build(loaded, engine, BuildOptions(out=rebuild))
-    assert record.image is not None, record.failure
-    report = run_probe(loaded, engine, ProbeOptions(out=rebuild, image=record.image.tag))
-    write_report(report, rebuild)
-    assert report.verdict == "passed", {n: s.first_error for n, s in report.stages.items()}
+    loaded, rebuild = rebuilt_private_copy(engine, root, "signed test")
+    dossier = loaded.path
     out = root / "handover"
     result = orch("handover", str(dossier), "--from", str(rebuild), "--out", str(out), "--sign", str(keys["team"]))
     assert result.returncode == 0, result.stdout + result.stderr
