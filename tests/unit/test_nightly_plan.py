@@ -31,6 +31,12 @@ def test_a_plan_expands_to_dossiers_by_targets(tmp_path: Path) -> None:
     assert plan.history == tmp_path / "history"
 
 
+def test_the_publish_sign_key_resolves_against_the_plan(tmp_path: Path) -> None:
+    extra = "publish: {registry: 'reg.example.org:5000', repository: team/nightly, sign_key: keys/nightly_ed25519}\n"
+    plan = load_plan(two_target_plan(tmp_path, extra=extra))
+    assert plan.model.publish is not None and plan.model.publish.sign_key == tmp_path / "keys" / "nightly_ed25519"
+
+
 def test_include_and_exclude_select_cells(tmp_path: Path) -> None:
     extra = """cells:
   include: [{target: gpu-a}, {dossier: tiny-embeddings-cuda.cpu}]
