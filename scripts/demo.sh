@@ -15,9 +15,20 @@ printf '\n== validate %s\n' "$dossier"
 $orch validate "$dossier"
 
 rm -rf "$out/minilm-embeddings" "$out/minilm-embeddings-handover"
-printf '\n== rebuild: build, probe, report, hand-over\n'
-$orch rebuild "$dossier" --out "$out/minilm-embeddings" --handover "$out/minilm-embeddings-handover"
+# The hand-over is signed (docs/attestations.md) with a demo key made here, once; a real team signs with its own
+# key (or KEY.pub with the key in ssh-agent). Without OpenSSH the demo hands over unsigned, and says so.
+sign=() trust=""
+if command -v ssh-keygen > /dev/null; then
+  mkdir -p "$out"
+  [ -f "$out/demo-signing-key" ] || ssh-keygen -q -t ed25519 -N "" -C orch-demo -f "$out/demo-signing-key"
+  echo "demo@example.org $(cat "$out/demo-signing-key.pub")" > "$out/allowed_signers"
+  sign=(--sign "$out/demo-signing-key") trust=" --trust $out/allowed_signers"
+else
+  echo "(ssh-keygen not found: the hand-over is not signed)"
+fi
+printf '\n== rebuild: build, probe, report, signed hand-over\n'
+$orch rebuild "$dossier" --out "$out/minilm-embeddings" --handover "$out/minilm-embeddings-handover" "${sign[@]}"
 
 echo
 echo "demo done: report in $out/minilm-embeddings/report.html (also report.json, report.md, junit.xml);"
-echo "hand-over folder in $out/minilm-embeddings-handover (replay it: .venv/bin/orch verify $out/minilm-embeddings-handover)"
+echo "hand-over folder in $out/minilm-embeddings-handover (replay it: .venv/bin/orch verify $out/minilm-embeddings-handover$trust)"

@@ -157,6 +157,7 @@ def rebuild_and_report(
     handover: Path | None = None,
     builder: str | None = None,
     preflight: bool = False,
+    sign_key: Path | None = None,
 ) -> Report:
     """`orch rebuild` on the console: one program on one engine connection (build, probe, report, and the
     hand-over when asked and the report passed); a failed verdict raised (exit 1)."""
@@ -186,6 +187,7 @@ def rebuild_and_report(
                 gpus=gpus,
                 environ=dict(os.environ),
                 handover=handover,
+                sign_key=sign_key,
             )
     run = result.run
     assert run.report is not None
@@ -217,6 +219,15 @@ def rebuild_and_report(
     default=None,
     help="Also write a hand-over folder here when the report passed.",
 )
+@click.option(
+    "--sign",
+    "sign_key",
+    metavar="KEY",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="With --handover: sign its attestations with this key (a private key file, or KEY.pub with the key in "
+    "ssh-agent), as `orch handover --sign` does.",
+)
 @gpus_option
 @no_preflight_option
 @dry_run_option
@@ -229,6 +240,7 @@ def rebuild(
     network: str | None,
     builder: str | None,
     handover_dir: Path | None,
+    sign_key: Path | None,
     gpus: str | None,
     no_preflight: bool,
     dry_run: bool,
@@ -240,6 +252,14 @@ def rebuild(
     from orchestrator.dossier.load import load_dossier
 
     loaded = load_dossier(dossier, variant=variant, check_fingerprints=not no_preflight and not dry_run)
+    if sign_key is not None:
+        from orchestrator.attest.keys import load_signer
+        from orchestrator.errors import BadInput
+
+        if handover_dir is None:
+            raise BadInput("--sign signs a hand-over: give --handover DIR too")
+        # Before the build: a key that cannot sign stops here, not after minutes of building.
+        load_signer(sign_key, os.environ.get("SSH_AUTH_SOCK"))
     if dry_run:
         from orchestrator.pipeline.dry_run import dry_run_rebuild
         from orchestrator.plan.builder import requested_builder
@@ -252,7 +272,8 @@ def rebuild(
             network=network,  # type: ignore[arg-type]  # click.Choice guarantees the literal
             builder=requested_builder(builder, os.environ),
         )
-        click.echo(dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, gpus=gpus), nl=False)
+        text = dry_run_rebuild(loaded, options, environ=os.environ, handover=handover_dir, sign_key=sign_key, gpus=gpus)
+        click.echo(text, nl=False)
         return
     rebuild_and_report(
         loaded,
@@ -264,6 +285,7 @@ def rebuild(
         handover=handover_dir,
         builder=builder,
         preflight=not no_preflight,
+        sign_key=sign_key,
     )
 
 

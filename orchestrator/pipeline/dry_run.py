@@ -165,6 +165,7 @@ def rebuild_text(
     engine_labels: Mapping[str, str],
     *,
     handover: Path | None = None,
+    sign_key: Path | None = None,
     gpus: str | None = None,
     environ: Mapping[str, str] | None = None,
     aliases: Mapping[Path, str] | None = None,
@@ -172,7 +173,7 @@ def rebuild_text(
     """The rebuild's program in words, from facts given (the golden files give fixed ones)."""
     facts = dry_build_facts(loaded, code, engine_labels)
     probe = dry_probe_facts(loaded, host, engine_labels, image_ref=options.tag, built=True, gpus=gpus, environ=environ)
-    program = rebuild_program(loaded, facts, probe, options, handover=handover)
+    program = rebuild_program(loaded, facts, probe, options, handover=handover, sign_key=sign_key)
     return describe(program, loaded, engine_labels, observed(loaded, build=True, probe=None), aliases)
 
 
@@ -182,6 +183,7 @@ def dry_run_rebuild(
     *,
     environ: Mapping[str, str],
     handover: Path | None = None,
+    sign_key: Path | None = None,
     host: HostFacts | None = None,
     gpus: str | None = None,
 ) -> str:
@@ -192,6 +194,7 @@ def dry_run_rebuild(
         _host(host),
         _engine_labels(environ),
         handover=handover,
+        sign_key=sign_key,
         gpus=gpus,
         environ=environ,
     )

@@ -44,6 +44,7 @@ def rebuild_run(
     gpus: str | None = None,
     environ: Mapping[str, str] | None = None,
     handover: Path | None = None,
+    sign_key: Path | None = None,
 ) -> RebuildResult:
     """The whole program; its run holds the record, the report, the report's paths and the hand-over's manifest."""
     run, planned, facts = start_build(loaded, engine, options, hooks or Hooks(), clock)
@@ -52,7 +53,7 @@ def rebuild_run(
     run.host, run.environ = probe.host, dict(environ or {})
 
     def plan(done: Run) -> Program:
-        return rebuild_program(loaded, build_facts(facts, done), probe, planned, handover=handover)
+        return rebuild_program(loaded, build_facts(facts, done), probe, planned, handover=handover, sign_key=sign_key)
 
     program = plan(run)
     execute(program, run, command="rebuild", replan=plan)

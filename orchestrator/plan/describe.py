@@ -312,6 +312,11 @@ def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]
                         "files",
                         "image.tar.gz, dossier/, build/, report/, PROCEDURE.md, ACCESS.md, manifest.json, SHA256SUMS",
                     ),
+                    *(
+                        (("sign", f"attestations/ (provenance, verification) with the key {step.sign_key}"),)
+                        if step.sign_key is not None
+                        else ()
+                    ),
                 ),
             )
     raise TypeError(f"no description for the step {step!r}")  # pragma: no cover - every step type is matched

@@ -213,6 +213,8 @@ class HandOver(Step):
     name: ClassVar[str] = "handover"
     folder: Path
     tag: str
+    #: Sign the hand-over's attestations with this key (`--sign`); read when the step runs, never copied.
+    sign_key: Path | None = None
 
 
 Program = tuple[Step, ...]
@@ -281,6 +283,7 @@ def probe_program(
     *,
     write_report: bool = True,
     handover: Path | None = None,
+    sign_key: Path | None = None,
     stop_after_failure: bool = False,
 ) -> Program:
     """`orch probe` (and the probe half of `orch rebuild`): the four stages, the report, the hand-over.
@@ -307,7 +310,7 @@ def probe_program(
     if write_report:
         steps.append(WriteReport(folder=out))
     if handover is not None:
-        steps.append(HandOver(folder=handover, tag=facts.image_ref))
+        steps.append(HandOver(folder=handover, tag=facts.image_ref, sign_key=sign_key))
     return tuple(steps)
 
 
@@ -318,9 +321,10 @@ def rebuild_program(
     options: BuildOptionsPlan,
     *,
     handover: Path | None = None,
+    sign_key: Path | None = None,
 ) -> Program:
     """`orch rebuild`: the build, then the probe of the image it makes, the report, the hand-over."""
     return (
         *build_program(loaded, build, options),
-        *probe_program(loaded, options.out, probe, handover=handover),
+        *probe_program(loaded, options.out, probe, handover=handover, sign_key=sign_key),
     )

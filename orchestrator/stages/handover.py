@@ -381,6 +381,11 @@ def do_handover(step: HandOver, run: Run) -> StepOutcome:
     """The program's step `handover`: only after a passed report, on the engine the program used."""
     if run.report is None or run.report.verdict != "passed" or run.record is None:
         return StepOutcome("skipped", "the report did not pass: nothing is handed over")
+    signer = None
+    if step.sign_key is not None:
+        from orchestrator.attest.keys import load_signer
+
+        signer = load_signer(step.sign_key, run.environ.get("SSH_AUTH_SOCK"))
     run.manifest = write_handover(
         run.loaded,
         run.engine,
@@ -388,6 +393,7 @@ def do_handover(step: HandOver, run: Run) -> StepOutcome:
         step.folder,
         on_stage=lambda part: run.hooks.on_probe_stage(f"hand-over: {part}"),
         built=(run.record, run.report),
+        signer=signer,
     )
     return DONE
 

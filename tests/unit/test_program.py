@@ -120,6 +120,45 @@ def test_a_passed_rebuild_runs_every_step_and_hands_over(tmp_path: Path) -> None
     assert (handover / "SHA256SUMS").is_file() and result.run.manifest is not None
 
 
+def test_a_signed_rebuild_hand_over_says_so_in_its_plan_and_its_attestations_check(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+
+    from orchestrator.attest.keys import load_trust
+    from orchestrator.stages.attestations import check_folder_attestations
+    from orchestrator.stages.handover_folder import scan_folder
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    (tmp_path / "key").write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()))
+    public = key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    (tmp_path / "allowed_signers").write_text(f"team@example.org {public}\n")
+    loaded = _online_copy(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path)
+    out, handover = tmp_path / "out", tmp_path / "handover"
+    text = dry_run_rebuild(
+        loaded, BuildOptions(out=out), environ={}, handover=handover, sign_key=tmp_path / "key", host=CPU_HOST
+    )
+    assert f"sign: attestations/ (provenance, verification) with the key {tmp_path / 'key'}" in text
+    engine = FakeEngine(images=[base_image(loaded)], runs=passing_runs(loaded))
+    result = rebuild_run(
+        loaded,
+        engine,
+        BuildOptions(out=out),
+        clock=clock,
+        host_facts=lambda: CPU_HOST,
+        handover=handover,
+        sign_key=tmp_path / "key",
+    )
+    assert result.run.manifest is not None
+    attribution = check_folder_attestations(
+        handover,
+        scan_folder(handover),
+        load_trust(tmp_path / "allowed_signers"),
+        image_id=result.run.manifest.image_id,
+        pinned=None,
+    )
+    assert attribution.principals == "team@example.org"
+
+
 def test_a_failed_build_records_every_later_step_as_skipped(tmp_path: Path) -> None:
     loaded = _online_copy(EXAMPLES / "tiny-embeddings" / "dossier.yaml", tmp_path)
     out = tmp_path / "out"
