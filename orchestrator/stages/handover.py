@@ -39,6 +39,7 @@ from pathlib import Path, PurePosixPath
 from securesystemslib.signer import Signer
 
 from orchestrator import __version__
+from orchestrator.attest.keys import load_signer
 from orchestrator.compare.read import read_environment_file
 from orchestrator.documents import read_document
 from orchestrator.dossier.load import LoadedDossier
@@ -381,11 +382,7 @@ def do_handover(step: HandOver, run: Run) -> StepOutcome:
     """The program's step `handover`: only after a passed report, on the engine the program used."""
     if run.report is None or run.report.verdict != "passed" or run.record is None:
         return StepOutcome("skipped", "the report did not pass: nothing is handed over")
-    signer = None
-    if step.sign_key is not None:
-        from orchestrator.attest.keys import load_signer
-
-        signer = load_signer(step.sign_key, run.environ.get("SSH_AUTH_SOCK"))
+    signer = load_signer(step.sign_key, run.environ.get("SSH_AUTH_SOCK")) if step.sign_key is not None else None
     run.manifest = write_handover(
         run.loaded,
         run.engine,
