@@ -67,7 +67,7 @@ class Explanation:
 # "CUDA failure 35", "CUDA_ERROR 803", "CUDA error: 35 (0x23)", "cudaGetDeviceCount returned 35", "HIP error 98".
 _NUMBER_CONTEXT = {
     "cudaError_t": r"\bcuda(?:[ _-]?(?:runtime|driver|rt))?[ _-]?(?:api[ _-]?)?(?:error|failure|err|status)\b",
-    "CUresult": r"\bcu(?:da)?(?:[ _-]?driver)?[ _-]?(?:api[ _-]?)?(?:error|failure|result|status)\b",
+    "CUresult": r"\bcu(?:da)?(?:[ _-]?driver)?(?:[ _-]?library)?(?:[ _-]?init)?[ _-]?(?:api[ _-]?)?(?:error|failure|result|status)\b",
     "hipError_t": r"\bhip(?:[ _-]?runtime)?[ _-]?(?:api[ _-]?)?(?:error|failure|status)\b",
 }
 _RETURNED = {"cudaError_t": r"\bcu\w*", "CUresult": r"\bcu\w*", "hipError_t": r"\bhip\w*"}
@@ -90,6 +90,12 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
         # Up to 16 non-digits between the word and the number: ": ", " (", "=", ": error code ", ": [".
         found.append(re.compile(rf"{_NUMBER_CONTEXT[code.kind]}[^\n\d]{{0,16}}?{number}", re.IGNORECASE))
         found.append(re.compile(rf"{_RETURNED[code.kind]}\s+returned\s+{number}", re.IGNORECASE))
+        # The number as a call's result: "Return value 46 from 'cudaStreamCreate(…)'", "cudaMalloc() failed with
+        # error #2", "cuda driver library init failure: 3".
+        found.append(
+            re.compile(rf"\breturn(?:ed)?\s+(?:value|code)\s+{number}\s+from\s+'?{_RETURNED[code.kind]}", re.IGNORECASE)
+        )
+        found.append(re.compile(rf"{_RETURNED[code.kind]}\(\)\s+failed with error\s+#?{number}", re.IGNORECASE))
         if code.kind == "CUresult":
             # A driver call named with its result: "failed call to cuInit: UNKNOWN ERROR (34)".
             found.append(re.compile(rf"\bcu[A-Z]\w*\b[^\n\d]{{0,40}}?{number}"))
@@ -124,7 +130,9 @@ def explain(text: str) -> list[Explanation]:
     """Every catalogued cause the text shows, in catalogue order (each cause once)."""
     # Messages arrive wrapped by terminals and log collectors ("unsatisfied condi\ntion"), or with their
     # lines re-indented: try the text as given, then unwrapped, then with runs of whitespace collapsed.
-    variants = (text, text.replace("\n", ""), " ".join(text.split()))
+    collapsed = " ".join(text.split())
+    # Some front ends print a space before each colon ("capabilities : [[gpu]]"): read that form too.
+    variants = (text, text.replace("\n", ""), collapsed, re.sub(r"\s+:", ":", collapsed))
     found: list[Explanation] = []
     for cause in catalogue():
         match = next((m for variant in variants for p in cause.patterns if (m := p.search(variant))), None)

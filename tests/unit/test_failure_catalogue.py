@@ -3,12 +3,14 @@ section of docs/troubleshooting.md kept in step with it."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from orchestrator.checks.failures import catalogue, explain, explain_first, troubleshooting_section
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_every_cause_has_a_layer_a_next_step_and_a_cited_real_message_it_matches() -> None:
@@ -81,6 +83,11 @@ NOT_SETUP = [
 def test_gpu_messages_that_are_not_setup_failures_explain_nothing() -> None:
     for message in NOT_SETUP:
         assert explain(message) == [], message
+    # The held-out rounds' decoys (docs/troubleshooting.md, "How the catalogue is judged"), each from its source.
+    decoys = [json.loads(line) for line in (FIXTURES / "failures-not-setup.jsonl").read_text().splitlines()]
+    assert len(decoys) >= 9
+    for decoy in decoys:
+        assert decoy["source"].startswith("https://") and explain(decoy["message"]) == [], decoy["source"]
 
 
 def test_a_code_is_recognised_by_name_by_string_and_by_number_next_to_the_vendors_word() -> None:
