@@ -79,6 +79,9 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
     found: list[re.Pattern[str]] = []
     if code.name:
         found.append(re.compile(rf"\b{re.escape(code.name)}\b"))
+        if code.kind == "hipError_t" and code.name.startswith("hipError"):
+            # TensorFlow's ROCm backend prints HIP's names as HIP_ERROR_<Name> ("HIP_ERROR_NoDevice").
+            found.append(re.compile(rf"\bHIP_ERROR_{re.escape(code.name.removeprefix('hipError'))}\b"))
         if code.kind == "nvmlReturn_t" and code.name.startswith("NVML_"):
             # Go's NVML bindings (the device plugin, the toolkit) print the name without its prefix.
             found.append(re.compile(rf"\b{re.escape(code.name.removeprefix('NVML_'))}\b"))
@@ -132,7 +135,8 @@ def explain(text: str) -> list[Explanation]:
     # lines re-indented: try the text as given, then unwrapped, then with runs of whitespace collapsed.
     collapsed = " ".join(text.split())
     # Some front ends print a space before each colon ("capabilities : [[gpu]]"): read that form too.
-    variants = (text, text.replace("\n", ""), collapsed, re.sub(r"\s+:", ":", collapsed))
+    # A message copied out of JSON (a daemon's or a pod's log) carries its quotes escaped: read it unescaped too.
+    variants = (text, text.replace("\n", ""), collapsed, re.sub(r"\s+:", ":", collapsed), collapsed.replace('\\"', '"'))
     found: list[Explanation] = []
     for cause in catalogue():
         match = next((m for variant in variants for p in cause.patterns if (m := p.search(variant))), None)
