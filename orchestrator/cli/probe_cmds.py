@@ -193,7 +193,9 @@ def rebuild_and_report(
     assert run.report is not None
     _finish(run.report, run.report_paths)
     if run.manifest is not None and handover is not None:
-        console.print(f"[green]✓[/] hand-over folder {handover} (replay: orch verify {handover})")
+        signed = " --trust ALLOWED_SIGNERS" if sign_key is not None else ""
+        what = "signed hand-over folder" if sign_key is not None else "hand-over folder"
+        console.print(f"[green]✓[/] {what} {handover} (replay: orch verify {handover}{signed})")
     return run.report
 
 
