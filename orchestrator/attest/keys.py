@@ -169,6 +169,7 @@ class TrustedKey:
         )
 
 
+_KEY_FIELD = re.compile(r"(?:^|\s)((?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+))\s")
 _STAMP = re.compile(r"(\d{8})(\d{4}(\d{2})?)?Z?")
 
 
@@ -184,22 +185,23 @@ def _stamp(text: str, where: str) -> datetime:
 
 def _trusted_from_line(line: str, where: str) -> TrustedKey | None:
     """One allowed_signers or public-key line; None when its namespaces leave orch out."""
+    found = _KEY_FIELD.search(line)
+    if found is None:
+        raise BadInput(f"{where}: no public key on this line (KEYTYPE BASE64, e.g. 'ssh-ed25519 AAAA…')")
+    if found.group(1).startswith("sk-"):
+        raise BadInput(
+            f"{where}: a security-key ({found.group(1)}) signature cannot be checked by orch; list another key"
+        )
+    public = _public_from_line(line[found.start(1) :].split(), where)
+    # Only what comes before the key is split like a shell line (options may be quoted); the comment after the
+    # key is free text ("bob's laptop").
     try:
-        tokens = shlex.split(line, comments=False, posix=True)
+        prefix = shlex.split(line[: found.start(1)], comments=False, posix=True)
     except ValueError:
         raise BadInput(f"{where}: an option's quotes do not close") from None
-    starts = [index for index, token in enumerate(tokens) if token in _SSH_KEY_TYPES or token.startswith("sk-")]
-    if not starts:
-        raise BadInput(f"{where}: no public key on this line (KEYTYPE BASE64, e.g. 'ssh-ed25519 AAAA…')")
-    start = starts[0]
-    if tokens[start].startswith("sk-"):
-        raise BadInput(
-            f"{where}: a security-key ({tokens[start]}) signature cannot be checked by orch; list another key"
-        )
-    public = _public_from_line(tokens[start:], where)
-    principals = tokens[0] if start > 0 else "(any)"
+    principals = prefix[0] if prefix else "(any)"
     after = before = None
-    for option in ",".join(tokens[1:start]).split(",") if start > 1 else []:
+    for option in ",".join(prefix[1:]).split(",") if len(prefix) > 1 else []:
         name, _, value = option.partition("=")
         lowered = name.strip().lower()
         if lowered == "cert-authority":

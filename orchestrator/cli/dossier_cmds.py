@@ -22,6 +22,16 @@ gpus_option = click.option(
     help="GPUs to map: all, a count N, device=0,2, a GPU- or MIG- UUID (default: the scheduler's allocation in "
     "SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, else all).",
 )
+#: `--sign KEY` of `orch handover` and `orch rebuild --handover` (docs/attestations.md).
+sign_option = click.option(
+    "--sign",
+    "sign_key",
+    metavar="KEY",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Sign the hand-over's provenance and verification attestations with this key: a private key file "
+    "(OpenSSH or PEM; Ed25519, ECDSA or RSA), or KEY.pub with the private key in ssh-agent. Read, never copied.",
+)
 builder_option = click.option(
     "--builder",
     type=click.Choice(["auto", "buildkit", "classic"]),

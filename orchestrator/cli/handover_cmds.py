@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.dossier_cmds import dossier_argument, gpus_option, variant_option
+from orchestrator.cli.dossier_cmds import dossier_argument, gpus_option, sign_option, variant_option
 
 if TYPE_CHECKING:
     from orchestrator.engine import RegistryAuth
@@ -64,15 +64,7 @@ def _auth(user_env: str | None, password_env: str | None) -> RegistryAuth | None
     is_flag=True,
     help="With --push: leave image.tar.gz out; `orch verify` then pulls the image by its digest.",
 )
-@click.option(
-    "--sign",
-    "sign_key",
-    metavar="KEY",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Sign the provenance and verification attestations with this key: a private key file (OpenSSH or "
-    "PEM; Ed25519, ECDSA or RSA), or KEY.pub with the private key in ssh-agent. Read, never copied.",
-)
+@sign_option
 @registry_credentials_options
 def handover(
     dossier: Path,

@@ -15,6 +15,7 @@ from orchestrator.cli.dossier_cmds import (
     dry_run_option,
     gpus_option,
     no_preflight_option,
+    sign_option,
     variant_option,
 )
 
@@ -221,15 +222,7 @@ def rebuild_and_report(
     default=None,
     help="Also write a hand-over folder here when the report passed.",
 )
-@click.option(
-    "--sign",
-    "sign_key",
-    metavar="KEY",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="With --handover: sign its attestations with this key (a private key file, or KEY.pub with the key in "
-    "ssh-agent), as `orch handover --sign` does.",
-)
+@sign_option
 @gpus_option
 @no_preflight_option
 @dry_run_option

@@ -166,7 +166,10 @@ def check_statements(
                     f"{where} is about another image: its subject does not name {digest[:19]}",
                     hint="A valid signature on a statement about another image proves nothing about this one.",
                 )
-        files.update(attested_files(statement))
+        for attested, digest in attested_files(statement).items():
+            if files.get(attested, digest) != digest:
+                raise AttestationRefused(f"the two attestations name different sha256 for {attested[:120]!r}")
+            files[attested] = digest
         attribution = attribution or Attribution(
             verified.signer.principals, verified.signer.keyid, verified.signer.where
         )

@@ -145,6 +145,9 @@ def test_a_key_outside_its_validity_window_does_not_count(tmp_path: Path) -> Non
         verify_envelope(envelope, trusted, "v", now=datetime(2026, 12, 1, tzinfo=UTC))
 
 
+COMMENT = "carol's laptop (don't lose it)"
+
+
 def test_trust_file_forms_and_their_errors_name_the_line(tmp_path: Path) -> None:
     a, b, c = (ed25519.Ed25519PrivateKey.generate() for _ in range(3))
     pem = b.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
@@ -154,9 +157,11 @@ def test_trust_file_forms_and_their_errors_name_the_line(tmp_path: Path) -> None
         f"alice@example.org,bob@example.org {_pub_line(a, 'alice')}\n"
         f"{pem}"
         f'git-only namespaces="git" {_pub_line(c)}\n'
+        f"carol@example.org {_pub_line(a, COMMENT)}\n"
     )
     keys = load_trust(trust)
-    assert [k.principals for k in keys] == ["alice@example.org,bob@example.org", "(any)"], "git-only key left out"
+    # The git-only key is left out; an apostrophe in a key's comment is free text.
+    assert [k.principals for k in keys] == ["alice@example.org,bob@example.org", "(any)", "carol@example.org"]
     assert keys[1].keyid == fingerprint(b.public_key())
 
     for line, message in (
@@ -253,3 +258,31 @@ def test_a_statement_the_bindings_reject_is_refused(change: Any, message: str) -
     change(statement)
     with pytest.raises(AttestationRefused, match=message):
         checked_statement(statement, "attestations/provenance.dsse.json")
+
+
+def test_two_attestations_that_disagree_about_a_file_or_name_another_image_are_refused(tmp_path: Path) -> None:
+    from orchestrator.stages.attestations import check_statements
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    (tmp_path / "key").write_bytes(_ssh_private(key))
+    (tmp_path / "trust").write_text(f"team {_pub_line(key)}\n")
+    signer, trusted = load_signer(tmp_path / "key", None), load_trust(tmp_path / "trust")
+
+    def envelopes(verification_files: dict[str, str], image: str = IMAGE) -> dict[str, bytes]:
+        facts = _facts(image_id=image)
+        other = _facts(image_id=image, files={**facts.files, **verification_files})
+        return {
+            "provenance.dsse.json": sign_statement(provenance_statement(facts), signer).envelope.encode(),
+            "verification.dsse.json": sign_statement(verification_statement(other), signer).envelope.encode(),
+        }
+
+    who, files = check_statements(envelopes({}), trusted, image_id=IMAGE, pinned=None, display="attestations/")
+    assert who.principals == "team" and files["SHA256SUMS"] == "f6" * 32
+    with pytest.raises(AttestationRefused, match="name different sha256 for 'dossier/dossier.yaml'"):
+        check_statements(
+            envelopes({"dossier/dossier.yaml": "00" * 32}), trusted, image_id=IMAGE, pinned=None, display="a/"
+        )
+    with pytest.raises(AttestationRefused, match="is about another image"):
+        check_statements(envelopes({}), trusted, image_id="sha256:" + "99" * 32, pinned=None, display="a/")
+    with pytest.raises(AttestationRefused, match="is about another image"):
+        check_statements(envelopes({}), trusted, image_id=IMAGE, pinned=PINNED, display="a/")
