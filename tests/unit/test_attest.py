@@ -278,7 +278,7 @@ def test_two_attestations_that_disagree_about_a_file_or_name_another_image_are_r
 
     who, files = check_statements(envelopes({}), trusted, image_id=IMAGE, pinned=None, display="attestations/")
     assert who.principals == "team" and files["SHA256SUMS"] == "f6" * 32
-    with pytest.raises(AttestationRefused, match="name different sha256 for 'dossier/dossier.yaml'"):
+    with pytest.raises(AttestationRefused, match=r"name different sha256 for 'dossier/dossier\.yaml'"):
         check_statements(
             envelopes({"dossier/dossier.yaml": "00" * 32}), trusted, image_id=IMAGE, pinned=None, display="a/"
         )
