@@ -54,7 +54,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(
         EXIT_INTERRUPTED,
         "interrupted",
-        "interrupted (Ctrl-C); orch removes the containers it had started before exiting",
+        "interrupted (Ctrl-C, kill, a closed terminal); orch removes the containers it had started before exiting",
     ),
 )
 

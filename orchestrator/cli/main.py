@@ -8,6 +8,7 @@ they mean are the one table in orchestrator/errors.py (`EXIT_CODES`), which the 
 from __future__ import annotations
 
 import sys
+import threading
 
 import click
 
@@ -51,7 +52,28 @@ cli.add_command(init)
 cli.add_command(nightly)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # `kill PID` (SIGTERM) and a closed terminal (SIGHUP) end orch like Ctrl-C does: as an exception, so every
+    # `finally` runs and the containers orch started are removed (Python's default would exit without them).
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    import signal
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, _terminated)
+    try:
+        _main(argv)
+    finally:
+        # Called in-process (tests, an embedding program): leave the caller's handlers as they were.
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> None:
     from orchestrator.errors import OrchError, from_os_error
 
     try:

@@ -103,3 +103,33 @@ def test_the_sweep_leaves_another_users_stopped_server_and_any_running_one(
     finally:
         for container in (others, mine_running):
             container.remove(force=True)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_probe_stopped_by_kill_or_ctrl_c_removes_every_container_it_started(
+    signum: signal.Signals,
+    docker_client: docker.DockerClient,
+    _warm_tiny_layers: BuildRecord,
+    tmp_path: Path,
+) -> None:
+    """`kill PID` (SIGTERM) ends orch like Ctrl-C: its `finally` blocks remove the probe's containers (exit 130)."""
+    assert _warm_tiny_layers.image is not None
+    mark = f"terminate-test={uuid.uuid4().hex}"
+    env = {**os.environ, "ORCH_LABELS": f"{SESSION_FILTER},{mark}"}
+    command = [sys.executable, "-m", "orchestrator", "probe", str(EXAMPLES / "tiny-embeddings" / "dossier.yaml")]
+    command += ["--image", _warm_tiny_layers.image.id, "--out", str(tmp_path / "out"), "--no-preflight"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _running(docker_client, mark):
+            assert process.poll() is None, f"the probe ended (exit {process.returncode}) before a container ran"
+            assert time.monotonic() < deadline, "no probe container within 300 s"
+            time.sleep(0.05)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Interrupted; orch removed the containers it had started." in stderr
+    assert docker_client.containers.list(all=True, filters={"label": mark}) == [], "no container left, running or not"
