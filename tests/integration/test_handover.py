@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -266,10 +267,27 @@ def test_a_canary_credential_is_nowhere_in_the_handover(
         )
         env = {"ORCH_HANDOVER_CANARY": f"{CANARY_USER}:{CANARY_SECRET}", "ORCH_CACHE_DIR": str(tmp_path / "cache")}
         out = tmp_path / "handover"
-        result = orch("rebuild", str(dossier), "--out", str(tmp_path / "rebuild"), "--handover", str(out), env=env)
+        # Signed too (`orch rebuild --handover --sign`): the attestations are scanned for the canary like every file.
+        key = tmp_path / "signing-key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        result = orch(
+            "rebuild", str(dossier), "--out", str(tmp_path / "rebuild"), "--handover", str(out), "--sign", str(key),
+            env=env,
+        )  # fmt: skip
         assert result.returncode == 0, result.stdout + result.stderr
+        assert "signed hand-over folder" in result.stdout
         assert state.authorized_hits > 0
     assert "ORCH_HANDOVER_CANARY" in (out / "ACCESS.md").read_text(), "the credential is named"
+    assert sorted(p.name for p in (out / "attestations").iterdir()) == [
+        "provenance.dsse.json",
+        "provenance.sshsig",
+        "verification.dsse.json",
+        "verification.sshsig",
+    ]
+    for envelope in (out / "attestations").glob("*.dsse.json"):
+        # The statement travels base64-encoded: read it decoded, as a receiving team does.
+        statement = base64.b64decode(json.loads(envelope.read_text())["payload"])
+        assert CANARY_SECRET.encode() not in statement and CANARY_USER.encode() not in statement, envelope.name
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as handle:
