@@ -66,11 +66,13 @@ class Explanation:
 # The vendor's word printed before an error number, per numbered kind: "CUDA error 35", "cuda runtime error (35)",
 # "CUDA failure 35", "CUDA_ERROR 803", "CUDA error: 35 (0x23)", "cudaGetDeviceCount returned 35", "HIP error 98".
 _NUMBER_CONTEXT = {
-    "cudaError_t": r"\bcuda(?:[ _-]?(?:runtime|driver|rt))?[ _-]?(?:api[ _-]?)?(?:error|failure|err|status)\b",
+    "cudaError_t": r"\bcuda(?:[ _-]?(?:runtime|driver|rt))?(?:[ _-]?initiali[sz]ation)?[ _-]?(?:api[ _-]?)?(?:error|failure|err|status)\b",
     "CUresult": r"\bcu(?:da)?(?:[ _-]?driver)?(?:[ _-]?library)?(?:[ _-]?init)?[ _-]?(?:api[ _-]?)?(?:error|failure|result|status)\b",
     "hipError_t": r"\bhip(?:[ _-]?runtime)?[ _-]?(?:api[ _-]?)?(?:error|failure|status)\b",
+    # "nvmlInit_v2 err: 18", "nvml vram init failure: 18" (ollama), "NVML error 9".
+    "nvmlReturn_t": r"\bnvml\w*(?:[ _-]+\w+){0,2}?[ _-]+(?:err(?:or)?|failure)\b",
 }
-_RETURNED = {"cudaError_t": r"\bcu\w*", "CUresult": r"\bcu\w*", "hipError_t": r"\bhip\w*"}
+_RETURNED = {"cudaError_t": r"\bcu\w*", "CUresult": r"\bcu\w*", "hipError_t": r"\bhip\w*", "nvmlReturn_t": r"\bnvml\w*"}
 
 
 def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
@@ -89,7 +91,7 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
         words = [re.escape(word) for word in code.text.split()]
         found.append(re.compile(r"\s+".join(words), re.IGNORECASE))
     if code.number is not None and code.kind in _NUMBER_CONTEXT:
-        number = rf"\(?{code.number}\)?(?![\d.])"
+        number = rf"\(?{code.number}\)?(?!\d|\.\d)"
         # Up to 16 non-digits between the word and the number: ": ", " (", "=", ": error code ", ": [".
         found.append(re.compile(rf"{_NUMBER_CONTEXT[code.kind]}[^\n\d]{{0,16}}?{number}", re.IGNORECASE))
         found.append(re.compile(rf"{_RETURNED[code.kind]}\s+returned\s+{number}", re.IGNORECASE))
