@@ -220,7 +220,10 @@ def unattributed_line(folder: Path, present: dict[str, int]) -> str:
     """What `orch verify` without `--trust` says about who made the folder (nothing checked)."""
     envelopes = read_attestations(folder, present)
     if not envelopes:
-        return "unattributed: the folder carries no signature, so anyone could have made it (sign with --sign KEY)"
+        return (
+            "unattributed: the folder carries no signature, so anyone could have made it "
+            "(its makers can sign it with `orch handover --sign KEY`)"
+        )
     claimed: set[str] = set()
     for name, data in envelopes.items():
         try:
