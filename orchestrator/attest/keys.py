@@ -169,7 +169,7 @@ class TrustedKey:
         )
 
 
-_KEY_FIELD = re.compile(r"(?:^|\s)((?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+))\s")
+_KEY_FIELD = re.compile(r"(?:^|\s)(" + "|".join(map(re.escape, _SSH_KEY_TYPES)) + r"|sk-\S+)\s")
 _STAMP = re.compile(r"(\d{8})(\d{4}(\d{2})?)?Z?")
 
 

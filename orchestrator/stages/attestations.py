@@ -193,9 +193,20 @@ def read_attestations(folder: Path, present: dict[str, int]) -> dict[str, bytes]
 
 
 def check_folder_attestations(
-    folder: Path, present: dict[str, int], trusted: list[TrustedKey], *, image_id: str, pinned: str | None
+    folder: Path,
+    present: dict[str, int],
+    listed: dict[str, str],
+    trusted: list[TrustedKey],
+    *,
+    image_id: str,
+    pinned: str | None,
 ) -> Attribution:
-    """`orch verify --trust` on a checked folder: signatures, subjects, and every attested file re-hashed."""
+    """`orch verify --trust` on a folder `check_folder_files` checked: signatures, subjects, every attested file.
+
+    `listed` is SHA256SUMS, each digest already checked against its file, so an attested file listed there is
+    compared with that digest (no second hash of a large image archive); SHA256SUMS itself is hashed here.
+    """
+    from orchestrator.stages.handover import SUMS_FILE
     from orchestrator.stages.handover_folder import sha256_inside
 
     attribution, files = check_statements(
@@ -207,9 +218,13 @@ def check_folder_attestations(
     # The named files first, so a changed file is named itself; SHA256SUMS and manifest.json, which cover
     # the rest, last.
     for name, digest in sorted(files.items(), key=lambda item: (item[0] in REQUIRED, item[0])):
-        if name not in present:
+        if name == SUMS_FILE and name in present:
+            actual = sha256_inside(folder, name)
+        elif name in listed:
+            actual = listed[name]
+        else:
             raise AttestationRefused(f"{name[:120]!r} is attested but missing from the folder")
-        if sha256_inside(folder, name) != digest:
+        if actual != digest:
             raise AttestationRefused(
                 f"{name} is not the file that was attested (its sha256 differs): it was changed after signing",
             )

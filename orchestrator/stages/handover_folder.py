@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BadInput, HandoverDamaged, ImageReferenceError
@@ -133,8 +134,24 @@ def read_sums(folder: Path) -> dict[str, str]:
     return listed
 
 
+@dataclass(frozen=True)
+class CheckedFolder:
+    """A hand-over folder whose every listed file matched its checksum, with what the check read."""
+
+    manifest: Manifest
+    #: Every regular file found (relative name → size), attestations included.
+    present: dict[str, int]
+    #: SHA256SUMS (relative name → sha256), each one already checked against its file's content.
+    listed: dict[str, str]
+
+
 def check_folder(folder: Path) -> Manifest:
-    """The hand-over's manifest, once every file is listed, unchanged, and nothing was added or linked.
+    """The hand-over's manifest, once every file is listed, unchanged, and nothing was added or linked."""
+    return check_folder_files(folder).manifest
+
+
+def check_folder_files(folder: Path) -> CheckedFolder:
+    """`check_folder`, keeping the walk and the checked sums for the checks after it (one walk, one hash per file).
 
     Raises HandoverDamaged naming the first problem; BadInput when `folder` is not a folder at all.
     """
@@ -172,7 +189,7 @@ def check_folder(folder: Path) -> Manifest:
         raise HandoverDamaged(
             f"{SUMS_FILE} does not cover {IMAGE_FILE}, and {MANIFEST_FILE} names no repository digest to pull instead"
         )
-    return manifest
+    return CheckedFolder(manifest, present, listed)
 
 
 def _check_manifest(manifest: Manifest, listed: dict[str, str], present: dict[str, int]) -> None:

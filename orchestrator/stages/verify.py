@@ -58,7 +58,7 @@ from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.attestations import Attribution, check_folder_attestations, unattributed_line
 from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import IMAGE_FILE
-from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder, scan_folder
+from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder, check_folder_files
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.stages.probe import ProbeOptions
 
@@ -207,15 +207,20 @@ def check_handover(
 ) -> CheckedHandover:
     """Everything about a hand-over that needs no engine, in the order that opens nothing unchecked."""
     folder = folder.resolve()
-    manifest = check_folder(folder)
-    present = scan_folder(folder)
+    checked_folder = check_folder_files(folder)
+    manifest = checked_folder.manifest
     attribution = unattributed = None
     if trusted is not None:
         attribution = check_folder_attestations(
-            folder, present, trusted, image_id=manifest.image_id, pinned=manifest.repository_digest
+            folder,
+            checked_folder.present,
+            checked_folder.listed,
+            trusted,
+            image_id=manifest.image_id,
+            pinned=manifest.repository_digest,
         )
     else:
-        unattributed = unattributed_line(folder, present)
+        unattributed = unattributed_line(folder, checked_folder.present)
     if from_registry and manifest.repository_digest is None:
         raise BadInput(
             f"--from-registry: {folder}/manifest.json records no repository digest (the hand-over was not pushed)"

@@ -126,7 +126,7 @@ def test_a_signed_rebuild_hand_over_says_so_in_its_plan_and_its_attestations_che
 
     from orchestrator.attest.keys import load_trust
     from orchestrator.stages.attestations import check_folder_attestations
-    from orchestrator.stages.handover_folder import scan_folder
+    from orchestrator.stages.handover_folder import check_folder_files
 
     key = ed25519.Ed25519PrivateKey.generate()
     (tmp_path / "key").write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()))
@@ -149,9 +149,11 @@ def test_a_signed_rebuild_hand_over_says_so_in_its_plan_and_its_attestations_che
         sign_key=tmp_path / "key",
     )
     assert result.run.manifest is not None
+    checked = check_folder_files(handover)
     attribution = check_folder_attestations(
         handover,
-        scan_folder(handover),
+        checked.present,
+        checked.listed,
         load_trust(tmp_path / "allowed_signers"),
         image_id=result.run.manifest.image_id,
         pinned=None,
