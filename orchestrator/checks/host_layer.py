@@ -98,7 +98,9 @@ def _cuda_compat(host: HostFacts, needs: ImageNeeds, cpu_variant: str | None) ->
 
 def gpu_mapped(platform: Platform, mapping: GpuMapping) -> bool:
     """Whether the daemon can hand the platform's GPU to a container."""
-    return mapping.maps_nvidia if platform == "cuda" else bool(mapping.devices) if platform == "rocm" else True
+    if platform == "rocm":
+        return bool(mapping.devices or mapping.cdi_devices)
+    return mapping.maps_nvidia if platform == "cuda" else True
 
 
 def host_checks(
@@ -155,9 +157,13 @@ def host_checks(
         checks.append(
             Check(
                 name="daemon can map NVIDIA GPUs",
-                expected="nvidia runtime or NVIDIA CDI devices",
+                expected="a CDI device for each selected GPU, or the nvidia runtime",
                 observed=mapping.description,
                 passed=mapping.maps_nvidia,
+                detail=f"Generate the CDI spec on the host: `{mapping.cdi_hint}`, then check it with "
+                "`nvidia-ctk cdi list`."
+                if mapping.cdi_hint
+                else None,
             )
         )
     return checks

@@ -29,6 +29,7 @@ from orchestrator.plan.specs import (
     HARDENED,
     Builder,
     BuildNetwork,
+    EngineKind,
     Hardening,
     Mount,
     Network,
@@ -49,6 +50,7 @@ __all__ = [
     "CopyOut",
     "Engine",
     "EngineInfo",
+    "EngineKind",
     "EngineSettings",
     "Hardening",
     "ImageInfo",
@@ -89,6 +91,12 @@ class EngineInfo:
     cdi_spec_dirs: tuple[str, ...]
     #: The builders this engine offers, preferred first (plan/build.py `choose_builder` reads it).
     builders: tuple[Builder, ...] = ("classic",)
+    kind: EngineKind = "docker"
+    #: Podman run rootless (its `info` says so): no memory or pids limit on a cgroup v1 host, ports and
+    #: bind mounts owned by the user's sub-ids. Always False on Docker.
+    rootless: bool = False
+    #: The host's cgroup version as the engine reports it ("1", "2"; "" when it does not say).
+    cgroup_version: str = ""
 
 
 @dataclass(frozen=True)

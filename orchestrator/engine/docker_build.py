@@ -46,8 +46,14 @@ def build_network_mode(network: BuildNetwork, feed: str | None) -> str | None:
 BUILDKIT_API = Version("1.39")
 
 
-def builders(os_type: str, api_version: str) -> tuple[Builder, ...]:
-    """The builders an engine offers, preferred first: BuildKit on a Linux engine whose API has it."""
+def builders(os_type: str, api_version: str, kind: str = "docker") -> tuple[Builder, ...]:
+    """The builders an engine offers, preferred first: BuildKit on a Linux Docker engine whose API has it.
+
+    Podman's API service builds with Buildah: it answers `/build` like the classic builder (an uploaded
+    context, a JSON stream of `stream` lines) and has no BuildKit session or trace messages, so it offers
+    classic only, whatever API version it claims."""
+    if kind == "podman":
+        return ("classic",)
     try:
         recent = Version(api_version) >= BUILDKIT_API
     except InvalidVersion:

@@ -11,7 +11,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 import docker
@@ -125,37 +125,18 @@ def start_failure(image: str, raw: str) -> ContainerStartFailed:
     )
 
 
-def _create_and_start(client: docker.DockerClient, image: str, **kwargs: Any) -> Any:
-    """Create and start; the daemon's and runtime's GPU errors surface here (the toolkit's hook, CDI)."""
-    try:
-        container = _create(client, image, **kwargs)
-    except docker.errors.ImageNotFound:
-        raise
-    except docker.errors.APIError as exc:
-        raise start_failure(image, str(exc.explanation)) from None
-    try:
-        container.start()
-    except docker.errors.APIError as exc:
-        with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
-        raise start_failure(image, str(exc.explanation)) from None
-    return container
+def _docker_create(client: docker.DockerClient) -> Callable[[RunSpec, Mapping[str, str]], Any]:
+    """Docker's create: a RunSpec's fields as the SDK's options (Podman's own is engine/podman.py)."""
 
-
-def run(
-    client: docker.DockerClient, engine_labels: Mapping[str, str], spec: RunSpec, copy: CopyOut | None
-) -> RunOutcome:
-    """create → start → wait → logs → `copy` (on a clean exit) → remove, the removal in `finally`."""
-    volumes = {
-        str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"} for mount in spec.mounts
-    }
-    started = time.monotonic()
-    container = None
-    try:
-        container = _create_and_start(
+    def create(spec: RunSpec, labels: Mapping[str, str]) -> Any:
+        volumes = {
+            str(mount.source): {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+            for mount in spec.mounts
+        }
+        return _create(
             client,
             spec.image,
-            labels={**engine_labels, **spec.labels},
+            labels=labels,
             hardening=spec.hardening,
             mem_limit=spec.mem_limit,
             pids_limit=spec.pids_limit,
@@ -170,6 +151,44 @@ def run(
             group_add=list(spec.group_add) or None,
             shm_size=spec.shm_size,
         )
+
+    return create
+
+
+def _create_and_start(
+    create: Callable[[RunSpec, Mapping[str, str]], Any], spec: RunSpec, labels: Mapping[str, str]
+) -> Any:
+    """Create and start; the daemon's and runtime's GPU errors surface here (the toolkit's hook, CDI)."""
+    try:
+        container = create(spec, labels)
+    except docker.errors.ImageNotFound:
+        raise
+    except docker.errors.APIError as exc:
+        raise start_failure(spec.image, str(exc.explanation)) from None
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+        raise start_failure(spec.image, str(exc.explanation)) from None
+    return container
+
+
+def run(
+    client: docker.DockerClient,
+    engine_labels: Mapping[str, str],
+    spec: RunSpec,
+    copy: CopyOut | None,
+    create: Callable[[RunSpec, Mapping[str, str]], Any] | None = None,
+) -> RunOutcome:
+    """create → start → wait → logs → `copy` (on a clean exit) → remove, the removal in `finally`.
+
+    `create`: how the container is created (not started); Docker's SDK call unless the engine needs its own
+    (Podman's, engine/podman.py)."""
+    started = time.monotonic()
+    container = None
+    try:
+        container = _create_and_start(create or _docker_create(client), spec, {**engine_labels, **spec.labels})
         timed_out = False
         exit_code: int | None
         try:

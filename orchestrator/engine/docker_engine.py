@@ -21,6 +21,7 @@ from orchestrator.engine import (
     BuildRequest,
     CopyOut,
     EngineInfo,
+    EngineKind,
     EngineSettings,
     ImageInfo,
     PullRequest,
@@ -35,6 +36,7 @@ from orchestrator.engine import (
     docker_build,
     docker_containers,
     docker_images,
+    podman,
 )
 from orchestrator.engine.docker_client import open_client
 from orchestrator.engine.labels import (
@@ -45,17 +47,40 @@ from orchestrator.engine.labels import (
 from orchestrator.redact import redact
 
 
+def engine_kind(version: Mapping[str, Any]) -> EngineKind:
+    """Podman's API service lists a "Podman Engine" component in `/version` (Docker lists "Engine")."""
+    components = version.get("Components") or []
+    names = [str(c.get("Name", "")) for c in components if isinstance(c, dict)]
+    return "podman" if any(name.startswith("Podman") for name in names) else "docker"
+
+
+def _docker_rootless(info: Mapping[str, Any]) -> bool:
+    """Rootless Docker lists `name=rootless` among its security options."""
+    return any("name=rootless" in str(option) for option in info.get("SecurityOptions") or ())
+
+
 class DockerEngine:
+    """The engine interface over the Docker API, which Docker's daemon and Podman's API service both speak.
+
+    Which one answers is read once, at `connect` (`engine_kind`). Where Podman's compatibility API differs,
+    the podman module does it Podman's way (builds: classic only, through `info().builders`; containers:
+    created through libpod's own endpoint, so CDI devices and the same confinement arrive as on Docker; see
+    engine/podman.py)."""
+
     def __init__(
         self,
         client: docker.DockerClient,
         endpoint: str,
         labels: Mapping[str, str] | None = None,
         tag_namespace: str = DEFAULT_TAG_NAMESPACE,
+        kind: EngineKind = "docker",
     ) -> None:
         self._client = client
+        self._kind = kind
         self._endpoint = endpoint
         self._settings = EngineSettings(labels=dict(labels or {}), tag_namespace=tag_namespace)
+        # What the engine is does not change while connected; `info()` asks it once.
+        self._info: EngineInfo | None = None
 
     @classmethod
     def connect(
@@ -68,7 +93,7 @@ class DockerEngine:
         labels = extra_labels_from_environment(os.environ)
         tag_namespace = tag_namespace_from_environment(os.environ)
         client, endpoint = open_client(base_url, tls_files, context)
-        return cls(client, endpoint, labels, tag_namespace)
+        return cls(client, endpoint, labels, tag_namespace, engine_kind(client.version()))
 
     def close(self) -> None:
         self._client.close()
@@ -78,17 +103,23 @@ class DockerEngine:
         return self._settings
 
     def info(self) -> EngineInfo:
-        info: dict[str, Any] = self._client.info()
-        version: dict[str, Any] = self._client.version()
-        return EngineInfo(
-            endpoint=redact(self._endpoint),
-            server_version=str(version.get("Version", "")),
-            api_version=str(version.get("ApiVersion", "")),
-            os=str(info.get("OperatingSystem", "")),
-            runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
-            cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()),
-            builders=docker_build.builders(str(info.get("OSType", "")), str(version.get("ApiVersion", ""))),
-        )
+        if self._info is None:
+            info: dict[str, Any] = self._client.info()
+            version: dict[str, Any] = self._client.version()
+            kind = self._kind
+            self._info = EngineInfo(
+                endpoint=redact(self._endpoint),
+                server_version=str(version.get("Version", "")),
+                api_version=str(version.get("ApiVersion", "")),
+                os=str(info.get("OperatingSystem", "")),
+                runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
+                cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()),
+                builders=docker_build.builders(str(info.get("OSType", "")), str(version.get("ApiVersion", "")), kind),
+                kind=kind,
+                rootless=podman.rootless(self._client) if kind == "podman" else _docker_rootless(info),
+                cgroup_version=str(info.get("CgroupVersion") or ""),
+            )
+        return self._info
 
     def image(self, ref: str, *, layers: bool = False) -> ImageInfo | None:
         return docker_images.inspect(self._client, ref, layers=layers)
@@ -104,7 +135,8 @@ class DockerEngine:
         return docker_containers.serve(self._client, self._settings.labels, spec, files)
 
     def run(self, spec: RunSpec, copy: CopyOut | None = None) -> RunOutcome:
-        return docker_containers.run(self._client, self._settings.labels, spec, copy)
+        create = podman.creator(self._client) if self._kind == "podman" else None
+        return docker_containers.run(self._client, self._settings.labels, spec, copy, create=create)
 
     def pull(self, request: PullRequest) -> ImageInfo:
         return docker_images.pull(self._client, request)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.engine import EngineInfo
+from orchestrator.engine import EngineInfo, EngineKind
 from orchestrator.host.amd import collect_amd
 from orchestrator.host.docker_gpu import collect_docker_gpu
 from orchestrator.host.nvidia import collect_nvidia, read_l4t_release
@@ -27,6 +27,9 @@ class DaemonGpuSettings:
 
     runtimes: Sequence[str]
     cdi_spec_dirs: Sequence[str]
+    engine_kind: EngineKind = "docker"
+    rootless: bool = False
+    cgroup_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,13 @@ def host_facts(raw: RawHost) -> HostFacts:
     if raw.daemon is None:
         notes.append(raw.docker_unknown)
     else:
-        docker, docker_notes = collect_docker_gpu(raw.daemon.runtimes, raw.daemon.cdi_spec_dirs, root)
+        docker, docker_notes = collect_docker_gpu(
+            raw.daemon.runtimes, raw.daemon.cdi_spec_dirs, root, raw.daemon.engine_kind
+        )
+        docker = docker.model_copy(update={"rootless": raw.daemon.rootless})
+        if raw.daemon.rootless and raw.daemon.cgroup_version == "1":
+            # Rootless containers cannot be given cgroup limits on cgroup v1 (Podman ignores them with a warning).
+            notes.append("rootless engine on a cgroup v1 host: the containers' memory and pids limits are not enforced")
         notes += docker_notes
     gids, group_note = read_group_gids(root, ("video", "render"))
     if group_note:
@@ -96,7 +105,15 @@ def live_host(engine_info: EngineInfo | None, root: Path = Path("/"), run: Runne
         root=root,
         run=run,
         kernel=platform.release(),
-        daemon=None if engine_info is None else DaemonGpuSettings(engine_info.runtimes, engine_info.cdi_spec_dirs),
+        daemon=None
+        if engine_info is None
+        else DaemonGpuSettings(
+            engine_info.runtimes,
+            engine_info.cdi_spec_dirs,
+            engine_info.kind,
+            engine_info.rootless,
+            engine_info.cgroup_version,
+        ),
         docker_unknown="Docker: no engine information, the daemon's GPU support is not known",
     )
 

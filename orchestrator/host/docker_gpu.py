@@ -16,23 +16,30 @@ from typing import Any
 import yaml
 
 from orchestrator.model.host import DockerGpuFacts
+from orchestrator.plan.specs import EngineKind
 
 #: Where CDI looks when the daemon names no spec dirs (the CDI defaults: static specs, then generated ones).
 DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 _SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def docker_gpu_facts(runtimes: Sequence[str], cdi_spec_dirs: Sequence[str], root: Path = Path("/")) -> DockerGpuFacts:
-    return collect_docker_gpu(runtimes, cdi_spec_dirs, root)[0]
+def docker_gpu_facts(
+    runtimes: Sequence[str], cdi_spec_dirs: Sequence[str], root: Path = Path("/"), engine_kind: EngineKind = "docker"
+) -> DockerGpuFacts:
+    return collect_docker_gpu(runtimes, cdi_spec_dirs, root, engine_kind)[0]
 
 
 def collect_docker_gpu(
-    runtimes: Sequence[str], cdi_spec_dirs: Sequence[str], root: Path = Path("/")
+    runtimes: Sequence[str], cdi_spec_dirs: Sequence[str], root: Path = Path("/"), engine_kind: EngineKind = "docker"
 ) -> tuple[DockerGpuFacts, list[str]]:
-    """The daemon's GPU facts and notes on spec files that could not be read."""
+    """The engine's GPU facts and notes on spec files that could not be read.
+
+    Podman resolves CDI names from the default folders and lists none in its Docker-compatible `/info`; its
+    runtimes are OCI runtimes (crun, runc), never an nvidia runtime orch could request GPUs from."""
+    podman = engine_kind == "podman"
     searched = list(cdi_spec_dirs) or list(DEFAULT_CDI_SPEC_DIRS)
     devices, notes = read_cdi_devices(searched, root)
-    if devices and not cdi_spec_dirs:
+    if devices and not cdi_spec_dirs and not podman:
         # The daemon reports CDISpecDirs only with CDI enabled (a feature flag before Docker 28.2): specs on
         # disk do not mean this daemon will resolve `--device nvidia.com/gpu=all`.
         notes.append(
@@ -41,9 +48,11 @@ def collect_docker_gpu(
         )
     facts = DockerGpuFacts(
         runtimes=sorted(runtimes),
-        nvidia_runtime="nvidia" in runtimes,
-        cdi_spec_dirs=list(cdi_spec_dirs),
+        nvidia_runtime="nvidia" in runtimes and not podman,
+        cdi_spec_dirs=list(cdi_spec_dirs) or (list(DEFAULT_CDI_SPEC_DIRS) if podman else []),
         cdi_devices=devices,
+        engine_kind=engine_kind,
+        cdi_enabled=podman or bool(cdi_spec_dirs),
     )
     return facts, notes
 

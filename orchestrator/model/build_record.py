@@ -115,6 +115,15 @@ class ImageLayer(Frozen):
     size_bytes: int = Field(ge=0)
 
 
+class EngineRef(Frozen):
+    """The engine that built the image, as its `/version` and `/info` said."""
+
+    kind: Literal["docker", "podman"]
+    version: str
+    api_version: str
+    rootless: bool
+
+
 class BuildRecord(Frozen):
     format: Literal["orch.build/1"] = "orch.build/1"
     orch_version: str
@@ -141,3 +150,5 @@ class BuildRecord(Frozen):
     #: The image's layers, oldest first (the base's, then each step of the final stage); None for a failed build
     #: and for records written before orch recorded them.
     layers: list[ImageLayer] | None = None
+    #: The engine that built it; None in records written before orch recorded it.
+    engine: EngineRef | None = None

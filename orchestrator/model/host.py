@@ -53,10 +53,19 @@ class AmdDriverFacts(Frozen):
 
 
 class DockerGpuFacts(Frozen):
+    """What the container engine offers for GPUs (Docker's daemon or Podman's API service)."""
+
     runtimes: list[str]
     nvidia_runtime: bool
     cdi_spec_dirs: list[str] = Field(default_factory=list)
     cdi_devices: list[str] = Field(default_factory=list)  # e.g. "nvidia.com/gpu=all" found in CDI specs
+    #: "docker" or "podman" (EngineInfo.kind): Podman maps GPUs through CDI only, never an nvidia runtime request.
+    engine_kind: Literal["docker", "podman"] = "docker"
+    #: The engine resolves CDI device names: Docker when it lists CDI spec dirs (CDI on; default since 28.2),
+    #: Podman always (since 4.1, reading /etc/cdi and /var/run/cdi).
+    cdi_enabled: bool = False
+    #: The engine runs rootless (Podman as a user; rootless Docker): EngineInfo.rootless.
+    rootless: bool = False
 
 
 class CpuFacts(Frozen):

@@ -405,8 +405,13 @@ def make_build_steps(
     built_image: str = "<image built by this build>",
     builder: Builder = "classic",
     tag_namespace: str = "orch",
+    wheel_feed: bool = True,
 ) -> BuildSteps:
-    """The build, decided: every value comes in as an argument (the clock's `created`, the base's id)."""
+    """The build, decided: every value comes in as an argument (the clock's `created`, the base's id).
+
+    `wheel_feed`: the engine's builds can join a container's network namespace (`networkmode=container:…`).
+    Podman's Buildah cannot (its RUN steps get their own namespace whatever the mode says), so there the
+    classic build reads the wheels from the uploaded context with no network, as `--network none` does."""
     plan = make_plan(loaded, ca_bundle=ca_bundle is not None)
     labels = build_labels(loaded, code, created=created, base_id=base_id, base_repo_digests=base_repo_digests)
     plan = with_stage_labels(with_labels(plan, labels), engine_labels or {})
@@ -429,7 +434,7 @@ def make_build_steps(
             )
             plan = replace(plan, wheels_image=wheels.tag)
     # An explicit --network is the user's choice of how the build reaches its wheels: no feed then.
-    elif network is None and wheel_feed_refusal(plan) is None:
+    elif network is None and wheel_feed and wheel_feed_refusal(plan) is None:
         plan = replace(plan, wheel_feed=True)
         build_network, feed = "wheel-feed", feed_spec(plan, base_id)
     return BuildSteps(

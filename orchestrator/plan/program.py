@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.model.build_record import CodeRef
+from orchestrator.model.build_record import CodeRef, EngineRef
 from orchestrator.model.host import HostFacts
 from orchestrator.model.platform import Platform
 from orchestrator.plan.build import BuildSteps, created_label, make_build_steps
@@ -33,7 +33,7 @@ from orchestrator.plan.builder import choose_builder
 from orchestrator.plan.extension_check import extension_check_spec
 from orchestrator.plan.gpu_select import GpuSelection
 from orchestrator.plan.run import GpuMapping, RunPlan, make_run_plan, plan_gpu_mapping
-from orchestrator.plan.specs import Builder, Network, RunSpec
+from orchestrator.plan.specs import Builder, EngineKind, Network, RunSpec
 
 #: Placeholders for values only a later step (or an engine) knows; `--dry-run` shows them as they are.
 BASE_ID = "<id of the base image (step base)>"
@@ -61,6 +61,12 @@ class BuildFacts:
     now: str
     #: The builders the engine offers, preferred first (EngineInfo.builders; a dry run assumes BuildKit).
     builders: tuple[Builder, ...] = ("classic",)
+    #: Which engine builds (EngineInfo.kind): Podman's Buildah cannot join the wheel feed's network namespace.
+    engine_kind: EngineKind = "docker"
+    #: The engine's server and API versions and whether it runs rootless, for build.json.
+    engine_version: str = ""
+    engine_api_version: str = ""
+    engine_rootless: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,7 @@ class WriteBuildRecord(Step):
     engine: ClassVar[bool] = False
     folder: Path
     build: BuildSteps
+    builder_engine: EngineRef | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,7 @@ def plan_build_steps(loaded: LoadedDossier, facts: BuildFacts, options: BuildOpt
         built_image=BUILT_IMAGE,
         builder=choose_builder(options.builder, facts.builders),
         tag_namespace=options.tag_namespace,
+        wheel_feed=facts.engine_kind != "podman",
     )
 
 
@@ -258,7 +266,16 @@ def build_program(loaded: LoadedDossier, facts: BuildFacts, options: BuildOption
         BuildImage(build=build, reuse_if_same_context=not build.no_cache),
         InventoryProbe(spec=build.inventory),
         ImageChecks(reference_inventory=loaded.model.python.reference_inventory),
-        WriteBuildRecord(folder=options.out, build=build),
+        WriteBuildRecord(
+            folder=options.out,
+            build=build,
+            builder_engine=EngineRef(
+                kind=facts.engine_kind,
+                version=facts.engine_version,
+                api_version=facts.engine_api_version,
+                rootless=facts.engine_rootless,
+            ),
+        ),
     )
 
 
@@ -294,7 +311,8 @@ def probe_program(
     image = facts.image_id or BUILT_IMAGE
     platform = loaded.model.system.platform
     mapping = plan_gpu_mapping(platform, facts.host, facts.selection)
-    run = make_run_plan(loaded, image, mapping, out)
+    docker = facts.host.docker
+    run = make_run_plan(loaded, image, mapping, out, rootless_engine=docker is not None and docker.rootless)
     fingerprinted = [str(item.path) for item in loaded.model.expect.inputs]
     fingerprinted += [str(a.path or a.uri or a.name) for a in (*loaded.model.data, *loaded.model.weights)]
     steps: list[Step] = [

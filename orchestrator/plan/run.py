@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.dossier.load import LoadedDossier
-from orchestrator.model.host import HostFacts
+from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.model.platform import Platform
 from orchestrator.plan.gpu_select import GpuSelection
 from orchestrator.plan.specs import LABEL_PREFIX, Mount, RunSpec
@@ -26,6 +27,18 @@ DEVICE_PROBE_TIMEOUT_S = 600
 PROBE_LABEL = f"{LABEL_PREFIX}.probe"
 
 
+#: The CDI kinds of the vendors' own spec generators (gpu-domain §3.3): `nvidia-ctk cdi generate`, `amd-ctk cdi generate`.
+NVIDIA_CDI_KIND = "nvidia.com/gpu"
+AMD_CDI_KIND = "amd.com/gpu"
+#: What an administrator runs when the CDI specs lack a selected GPU (docs/gpu-hosts.md "CDI").
+CDI_GENERATE = {
+    NVIDIA_CDI_KIND: "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+    AMD_CDI_KIND: "sudo amd-ctk cdi generate --output=/etc/cdi/amd.json",
+}
+
+Mechanism = Literal["none", "cdi", "nvidia-runtime", "device-nodes"]
+
+
 @dataclass(frozen=True)
 class GpuMapping:
     """How the device probe and the sample get the host's GPUs."""
@@ -37,54 +50,117 @@ class GpuMapping:
     devices: tuple[str, ...] = ()
     group_add: tuple[str, ...] = ()
     description: str = "none (CPU platform)"
+    #: How the GPUs arrive: CDI device names, the nvidia runtime's device request, device nodes, or not at all.
+    mechanism: Mechanism = "none"
+    #: When CDI was wanted but a selected GPU has no CDI device: the command that writes the spec.
+    cdi_hint: str | None = None
 
     @property
     def maps_nvidia(self) -> bool:
         return self.nvidia_gpus or bool(self.nvidia_device_ids) or bool(self.cdi_devices)
 
 
-def plan_gpu_mapping(platform: Platform, host: HostFacts, selection: GpuSelection | None = None) -> GpuMapping:
+def _cdi_wanted(kind: str, selection: GpuSelection | None, host: HostFacts) -> tuple[str, ...]:
+    """The CDI names of the selection: `kind=all`, or one per selected GPU (index, GPU-/MIG- UUID).
+
+    `nvidia-ctk cdi generate` names each GPU by index, by UUID or both (`--device-name-strategy`): a GPU
+    selected by index is named by its UUID when the specs offer only that name."""
+    if selection is None or selection.all:
+        return (f"{kind}=all",)
+    offered = set(host.docker.cdi_devices) if host.docker is not None else set()
+    uuids = {str(gpu.index): gpu.uuid for gpu in (host.nvidia.gpus if host.nvidia else []) if gpu.uuid}
+    names = []
+    for gpu in selection.device_ids:
+        by_index, by_uuid = f"{kind}={gpu}", f"{kind}={uuids.get(gpu)}"
+        names.append(by_uuid if by_index not in offered and gpu in uuids and by_uuid in offered else by_index)
+    return tuple(names)
+
+
+def _cdi_gap(docker: DockerGpuFacts | None, wanted: tuple[str, ...]) -> str | None:
+    """Why CDI cannot map `wanted` on this engine (None: it can)."""
+    if docker is None:
+        return "the engine's GPU support is not known"
+    if not docker.cdi_enabled:
+        return "the daemon does not resolve CDI"
+    missing = [name for name in wanted if name not in docker.cdi_devices]
+    if missing:
+        return f"the CDI specs name no {', '.join(missing)}"
+    return None
+
+
+def plan_gpu_mapping(
+    platform: Platform, host: HostFacts, selection: GpuSelection | None = None, cdi_kind: str | None = None
+) -> GpuMapping:
     """How containers get the host's GPUs: all of them, or the `selection` (`--gpus`, a scheduler's allocation;
-    see plan/gpu_select.py). The description says which GPUs and why, for the report."""
-    chosen = selection is not None and not selection.all
+    see plan/gpu_select.py). The description says which GPUs, by which mechanism and why, for the report.
+
+    CDI first, on an engine that resolves it and whose specs name every selected GPU (Podman always; Docker
+    with CDI on): the runtime then injects exactly the spec's nodes, environment and mounts. Otherwise the
+    older way: the nvidia runtime's device request (Docker only), or AMD's device nodes. `cdi_kind` replaces
+    the vendor's kind (`nvidia.com/gpu`, `amd.com/gpu`): a site's own spec generator, or a test's."""
     why = f" ({selection.reason})" if selection is not None else ""
     if platform == "cuda":
-        docker = host.docker
-        offered = list(docker.cdi_devices if docker else [])
-        if docker is not None and docker.nvidia_runtime:
-            if selection is not None and chosen:
-                ids = ", ".join(selection.device_ids) or "none"
-                return GpuMapping(
-                    nvidia_gpus=bool(selection.device_ids),
-                    nvidia_device_ids=selection.device_ids,
-                    description=f"GPU(s) {ids} through the nvidia runtime{why}",
-                )
-            return GpuMapping(
-                nvidia_gpus=True, description=f"GPU device request (--gpus all) through the nvidia runtime{why}"
-            )
-        if selection is not None and chosen:
-            wanted = tuple(f"nvidia.com/gpu={gpu}" for gpu in selection.device_ids)
-            missing = [name for name in wanted if name not in offered]
-            if wanted and not missing:
-                return GpuMapping(cdi_devices=wanted, description=f"CDI devices {', '.join(wanted)}{why}")
-            if wanted:
-                return GpuMapping(description=f"none: the CDI specs name no {', '.join(missing)}{why}")
-            return GpuMapping(description=f"none: no GPU selected{why}")
-        cdi = tuple(d for d in offered if d.startswith("nvidia.com/gpu=all"))
-        if cdi:
-            return GpuMapping(cdi_devices=cdi, description=f"CDI devices {', '.join(cdi)}{why}")
-        return GpuMapping(description="none: the daemon has no nvidia runtime and no NVIDIA CDI devices")
+        return _nvidia_mapping(host, selection, cdi_kind or NVIDIA_CDI_KIND, why)
     if platform == "rocm":
-        if not host.kfd_present:
-            return GpuMapping(description="none: /dev/kfd does not exist on this host")
-        groups = tuple(str(gid) for gid in (host.video_gid, host.render_gid) if gid is not None)
-        devices = selection.devices if selection is not None and chosen else ("/dev/kfd", *host.dri_render_nodes)
-        return GpuMapping(
-            devices=devices,
-            group_add=groups,
-            description=f"/dev/kfd and {len(devices) - 1} render node(s), groups {', '.join(groups) or 'none'}{why}",
-        )
+        return _amd_mapping(host, selection, cdi_kind or AMD_CDI_KIND, why)
     return GpuMapping()
+
+
+def _by_cdi(wanted: tuple[str, ...], why: str, how: str, groups: tuple[str, ...] = ()) -> GpuMapping:
+    described = f"CDI devices {', '.join(wanted)} ({how})"
+    if groups:
+        described += f", groups {', '.join(groups)}"
+    return GpuMapping(cdi_devices=wanted, group_add=groups, mechanism="cdi", description=described + why)
+
+
+def _nvidia_mapping(host: HostFacts, selection: GpuSelection | None, kind: str, why: str) -> GpuMapping:
+    chosen = selection is not None and not selection.all
+    if selection is not None and chosen and not selection.device_ids:
+        return GpuMapping(description=f"none: no GPU selected{why}")
+    docker = host.docker
+    wanted = _cdi_wanted(kind, selection, host)
+    gap = _cdi_gap(docker, wanted)
+    if gap is None:
+        return _by_cdi(wanted, why, "the engine resolves CDI")
+    if docker is not None and docker.nvidia_runtime and docker.engine_kind == "docker":
+        if selection is not None and chosen:
+            return GpuMapping(
+                nvidia_gpus=True,
+                nvidia_device_ids=selection.device_ids,
+                mechanism="nvidia-runtime",
+                description=f"GPU(s) {', '.join(selection.device_ids)} through the nvidia runtime (not CDI: {gap}){why}",
+            )
+        return GpuMapping(
+            nvidia_gpus=True,
+            mechanism="nvidia-runtime",
+            description=f"GPU device request (--gpus all) through the nvidia runtime (not CDI: {gap}){why}",
+        )
+    if docker is not None and not docker.cdi_enabled and all(name in docker.cdi_devices for name in wanted):
+        # A Docker older than 26 does not list its CDI spec dirs even with CDI on: try the specs' names.
+        return _by_cdi(wanted, why, "the daemon lists no CDI spec dirs: CDI may be off")
+    podman = docker is not None and docker.engine_kind == "podman"
+    runtime = "Podman has no nvidia runtime request" if podman else "the daemon has no nvidia runtime"
+    hint = CDI_GENERATE.get(kind) if docker is not None and docker.cdi_enabled else None
+    return GpuMapping(description=f"none: {gap}, and {runtime}{why}", cdi_hint=hint)
+
+
+def _amd_mapping(host: HostFacts, selection: GpuSelection | None, kind: str, why: str) -> GpuMapping:
+    if not host.kfd_present:
+        return GpuMapping(description="none: /dev/kfd does not exist on this host")
+    groups = tuple(str(gid) for gid in (host.video_gid, host.render_gid) if gid is not None)
+    wanted = _cdi_wanted(kind, selection, host)
+    gap = _cdi_gap(host.docker, wanted)
+    if gap is None:
+        return _by_cdi(wanted, why, "the engine resolves CDI", groups)
+    chosen = selection is not None and not selection.all
+    devices = selection.devices if selection is not None and chosen else ("/dev/kfd", *host.dri_render_nodes)
+    return GpuMapping(
+        devices=devices,
+        group_add=groups,
+        mechanism="device-nodes",
+        description=f"/dev/kfd and {len(devices) - 1} render node(s), groups {', '.join(groups) or 'none'}"
+        f" (not CDI: {gap}){why}",
+    )
 
 
 def probe_command(name: str) -> list[str]:
@@ -137,10 +213,13 @@ class SampleFolders:
     meta: Path
     site: Path
     log: Path
+    #: The engine runs rootless (Podman as a user, rootless Docker): the container's uid 10001 is one of the
+    #: user's sub-ids on the host, so the folders it writes are opened to all rather than given to uid 10001.
+    rootless_engine: bool = False
 
     @classmethod
-    def under(cls, out: Path) -> SampleFolders:
-        return cls(out / "sample-output", out / "sample-meta", out / "probe-site", out / "sample.log")
+    def under(cls, out: Path, rootless_engine: bool = False) -> SampleFolders:
+        return cls(out / "sample-output", out / "sample-meta", out / "probe-site", out / "sample.log", rootless_engine)
 
 
 def sample_mounts(loaded: LoadedDossier, output: Path, meta: Path, site: Path) -> list[Mount]:
@@ -208,9 +287,11 @@ class RunPlan:
     folders: SampleFolders
 
 
-def make_run_plan(loaded: LoadedDossier, image: str, mapping: GpuMapping, out: Path) -> RunPlan:
+def make_run_plan(
+    loaded: LoadedDossier, image: str, mapping: GpuMapping, out: Path, rootless_engine: bool = False
+) -> RunPlan:
     """`mapping` comes from `plan_gpu_mapping(platform, host facts)`; `out` is the probe's output folder."""
-    folders = SampleFolders.under(out)
+    folders = SampleFolders.under(out, rootless_engine)
     return RunPlan(
         image=image,
         mapping=mapping,

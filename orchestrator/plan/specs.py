@@ -30,6 +30,9 @@ BuildNetwork = Literal["none", "default", "host", "wheel-feed"]
 #: What builds the image: BuildKit (the engine's `POST /build?version=2`, context fetched from orch's context
 #: server, wheels bind-mounted into the one install step) or the classic builder (docker-py's build, the
 #: context tar uploaded, wheels from the wheel feed). plan/build.py `choose_builder` picks one.
+#: Which engine answers the Docker API: Docker's own daemon, or Podman's API service (`podman system service`),
+#: told apart by the components its `/version` lists (engine/docker_engine.py `engine_kind`).
+EngineKind = Literal["docker", "podman"]
 Builder = Literal["buildkit", "classic"]
 #: A service's network: `none` (loopback only; the classic build joins its namespace) or `bridge` (the engine's
 #: default bridge: the engine itself fetches from it, as BuildKit fetches a remote context).

@@ -282,6 +282,7 @@ def do_write_build_record(step: WriteBuildRecord, run: Run) -> StepOutcome:
         inventory_diff=run.inventory_diff,
         reused=run.reused,
         layers=run.layers,
+        engine=step.builder_engine,
     )
     write_record(folder / "build.json", record)
     run.record = record

@@ -104,6 +104,18 @@ def _parse_manifest(raw: bytes) -> dict[str, Any]:
     return entry
 
 
+def familiar_name(reference: str) -> str:
+    """A Docker Hub name as Docker shows it: `docker.io/orch/x:1` and `orch/x:1` are one name to `docker load`.
+
+    Podman's save writes the fully qualified form (`docker.io/orch/minilm-embeddings:…`), Docker's the
+    familiar one. Any other registry (`localhost/`, `reg:5000/`) is part of the name and stays."""
+    for prefix in ("docker.io/", "index.docker.io/"):
+        if reference.startswith(prefix):
+            rest = reference.removeprefix(prefix)
+            return rest.removeprefix("library/") if rest.count("/") == 1 else rest
+    return reference
+
+
 def inspect_image_tar(path: Path, *, image_id: str, tag: str, identity: str) -> ImageTarFacts:
     """The tarball's own facts, once its config is the image `image_id` and it names only `tag`."""
     manifest_raw: bytes | None = None
@@ -146,7 +158,7 @@ def inspect_image_tar(path: Path, *, image_id: str, tag: str, identity: str) -> 
         if not isinstance(labels, dict):
             raise _Damaged("its image config has malformed labels")
         tags = tuple(entry.get("RepoTags") or ())
-        if tags != (tag,):
+        if tuple(familiar_name(t) for t in tags) != (familiar_name(tag),):
             raise _Damaged(f"it would tag the image {list(tags)!r}, not the manifest's [{tag!r}]")
         if labels.get(IDENTITY_LABEL) != identity:
             raise _Damaged("its image carries another dossier identity than the manifest")

@@ -27,6 +27,7 @@ def observe_build(
     state = inspect_code(loaded)
     base = engine.image(loaded.base_image.from_line)
     previous = engine.image(tag)
+    info = engine.info()
     facts = BuildFacts(
         code=code_ref(state),
         base_id=base.id if base else None,
@@ -34,7 +35,11 @@ def observe_build(
         previous_labels=previous.labels if previous else None,
         engine_labels=dict(engine.settings.labels),
         now=now,
-        builders=engine.info().builders,
+        builders=info.builders,
+        engine_kind=info.kind,
+        engine_version=info.server_version,
+        engine_api_version=info.api_version,
+        engine_rootless=info.rootless,
     )
     return facts, state, base, previous
 

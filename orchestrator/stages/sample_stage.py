@@ -72,14 +72,19 @@ def fingerprint_facts(checks: list[Check]) -> dict[str, dict[str, str]]:
     }
 
 
-def _prepare_output(folder: Path) -> None:
+def _prepare_output(folder: Path, rootless_engine: bool) -> None:
+    """An empty folder the sample (uid 10001 inside the container) may write.
+
+    As root with a rootful engine, the folder is given to uid 10001. A rootless engine (Podman as a user,
+    rootless Docker) maps the container's 10001 to one of its user's sub-ids, not to 10001 on the host, so
+    the folder is opened to all instead, as it is when orch itself does not run as root."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not rootless_engine:
         os.chown(folder, RUNTIME_UID, RUNTIME_UID)
     else:
-        folder.chmod(0o777)  # the sample runs as uid 10001 inside the container
+        folder.chmod(0o777)
 
 
 def sample_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan) -> StageResult:
@@ -94,8 +99,8 @@ def sample_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan) -> StageR
         )
     folders, spec = plan.folders, plan.sample
     output, meta, site = folders.output, folders.meta, folders.site
-    _prepare_output(output)
-    _prepare_output(meta)
+    _prepare_output(output, folders.rootless_engine)
+    _prepare_output(meta, folders.rootless_engine)
     # Only sitecustomize.py goes on the sample's PYTHONPATH: the other probes' module names (device,
     # inventory) would shadow packages of the same name in the image.
     if site.exists():
