@@ -115,6 +115,18 @@ class NightlyPlan(_Strict):
             raise ValueError(f"target name {twice[0]!r} is used twice; give each target its own name")
         return targets
 
+    @model_validator(mode="after")
+    def _published_from_here(self) -> NightlyPlan:
+        """A night publishes from a Podman target's local socket only (nightly/targets/podman_endpoint.py)."""
+        if self.publish is not None:
+            for target in self.targets:
+                if target.kind == "podman" and (target.podman_host or "").startswith("ssh://"):
+                    raise ValueError(
+                        f"target {target.name!r}: a night publishes from a Podman target on this machine "
+                        "(unix://) only; publish from a Docker target or a local Podman socket, or drop `publish`"
+                    )
+        return self
+
 
 @dataclass(frozen=True)
 class LoadedPlan:
@@ -159,16 +171,16 @@ def _from_validation(file: Path, exc: ValidationError, doc: YamlDocument) -> Pla
     errors.sort(key=lambda error: error["type"] != "extra_forbidden")
     first = errors[0]
     # The discriminated union adds the tag (`docker`) to the path: drop it for the reader.
-    loc: FieldPath = tuple(part for part in first["loc"] if part not in ("docker", "slurm"))
+    loc: FieldPath = tuple(part for part in first["loc"] if part not in ("docker", "podman", "slurm"))
     message = str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = f"unknown key {loc[-1]!r}: check its spelling (docs/nightly-plan-schema.json lists every key)"
     elif first["type"] == "missing":
         message = f"required key {loc[-1]!r} is missing: add it"
     elif first["type"] == "union_tag_invalid":
-        message = "`kind` must be `docker` or `slurm`"
+        message = "`kind` must be `docker`, `podman` or `slurm`"
     elif first["type"] == "union_tag_not_found":
-        message = "a target needs `kind: docker` or `kind: slurm`"
+        message = "a target needs `kind: docker`, `kind: podman` or `kind: slurm`"
     elif "input" in first and first["type"] not in ("value_error", "assertion_error"):
         message = f"{message} (got {first['input']!r})"
     return _invalid(file, message, line=doc.line_of(loc), field=_field_text(loc) or None)
@@ -193,7 +205,7 @@ def _resolve_paths(plan: NightlyPlan, base: Path) -> NightlyPlan:
         update: dict[str, Any] = {}
         if target.kind == "slurm":
             update["shared_dir"] = _absolute(base, target.shared_dir)
-        elif target.tls is not None:
+        elif target.kind == "docker" and target.tls is not None:
             tls = target.tls
             update["tls"] = tls.model_copy(
                 update={

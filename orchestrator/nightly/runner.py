@@ -41,7 +41,8 @@ from orchestrator.nightly.cell import CellOutcome, CellRequest, CellStatus, Targ
 from orchestrator.nightly.history import CellState, NightState, PublishState
 from orchestrator.nightly.plan import LoadedPlan, PlannedCell, expand_cells
 from orchestrator.nightly.summary import build_summary, write_summary
-from orchestrator.nightly.target_specs import DockerTargetSpec
+from orchestrator.nightly.target_specs import DockerTargetSpec, PodmanTargetSpec
+from orchestrator.nightly.targets.podman_endpoint import podman_publish_endpoint
 from orchestrator.text import one_line
 from orchestrator.timestamps import rfc3339
 
@@ -187,6 +188,8 @@ class _TargetEngines:
                 tls = spec.tls
                 files = (str(tls.ca_cert), str(tls.client_cert), str(tls.client_key)) if tls is not None else None
                 self._open[name] = connect(spec.docker_host, files, spec.context)
+            elif isinstance(spec, PodmanTargetSpec):
+                self._open[name] = connect(podman_publish_endpoint(spec))
             else:
                 self._open[name] = connect()
         return self._open[name].engine
@@ -311,11 +314,12 @@ def describe_cells(plan: LoadedPlan) -> list[str]:
     by_name = {spec.name: spec for spec in plan.model.targets}
     for cell in expand_cells(plan, placeholder):
         spec = by_name[cell.target]
-        where = (
-            f"slurm partition {spec.partition}"
-            if spec.kind == "slurm"
-            else f"docker {spec.docker_host or (f'context {spec.context}' if spec.context else 'default engine')}"
-        )
+        if spec.kind == "slurm":
+            where = f"slurm partition {spec.partition}"
+        elif spec.kind == "podman":
+            where = "podman " + (spec.podman_host or "this user's socket")
+        else:
+            where = f"docker {spec.docker_host or (f'context {spec.context}' if spec.context else 'default engine')}"
         request = cell.request
         lines.append(
             f"{request.cell_id}: {request.dossier}"

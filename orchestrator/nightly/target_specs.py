@@ -56,7 +56,30 @@ def _sbatch_argument(value: str) -> str:
     return value
 
 
+#: Podman over SSH names the remote socket's path too (`podman system connection add` does the same).
+_PODMAN_SSH = re.compile(
+    rf"ssh://(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{{0,31}})@)?(?P<host>{_HOST}){_PORT}(?P<path>/[A-Za-z0-9._/-]{{1,200}})"
+)
+
+
+def _podman_endpoint(value: str) -> str:
+    """`unix:///path` (the user's own socket) or `ssh://[user@]host[:port]/path/of/podman.sock`."""
+    if value.startswith("unix://"):
+        return _endpoint(value)
+    match = _PODMAN_SSH.fullmatch(value)
+    if match is None:
+        raise ValueError(
+            "not a Podman endpoint orch accepts: unix:///PATH or ssh://[USER@]HOST[:PORT]/PATH/podman.sock "
+            "(the remote user's socket, e.g. /run/user/1000/podman/podman.sock)"
+        )
+    port = match.group("port")
+    if port is not None and not 0 < int(port) < 65536:
+        raise ValueError(f"port {port} is not a TCP port")
+    return value
+
+
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
+PodmanEndpoint = Annotated[str, AfterValidator(_podman_endpoint)]
 SlurmName = Annotated[str, AfterValidator(_slurm_name)]
 SbatchArgument = Annotated[str, AfterValidator(_sbatch_argument)]
 
@@ -93,6 +116,17 @@ class DockerTargetSpec(_Spec):
     tls: TlsFiles | None = None
 
 
+class PodmanTargetSpec(_Spec):
+    """A server's Podman, rootless as its user: the API service's socket (`podman system service`), local
+    (`unix:///run/user/UID/podman/podman.sock`) or on another machine over SSH (`ssh://user@gpu-a/run/user/
+    1000/podman/podman.sock`: orch forwards that socket through `ssh -L` for the cell, as `podman --remote`
+    does). Neither: this user's own socket, `$XDG_RUNTIME_DIR/podman/podman.sock`. A cell fails as
+    `environment` when the endpoint answers but is not Podman."""
+
+    kind: Literal["podman"] = "podman"
+    podman_host: PodmanEndpoint | None = None
+
+
 class SlurmTargetSpec(_Spec):
     """A Slurm partition: each cell is an `sbatch` job running `orch rebuild` on the allocated node."""
 
@@ -110,4 +144,4 @@ class SlurmTargetSpec(_Spec):
     sbatch_args: tuple[SbatchArgument, ...] = ()
 
 
-TargetSpec = Annotated[DockerTargetSpec | SlurmTargetSpec, Field(discriminator="kind")]
+TargetSpec = Annotated[DockerTargetSpec | PodmanTargetSpec | SlurmTargetSpec, Field(discriminator="kind")]

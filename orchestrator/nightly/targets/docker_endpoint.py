@@ -29,7 +29,7 @@ from orchestrator.engine.labels import ENV_VAR as LABELS_VAR
 from orchestrator.engine.labels import TAG_NAMESPACE_VAR
 from orchestrator.errors import BadInput
 from orchestrator.nightly.cell import CellOutcome, CellRequest
-from orchestrator.nightly.target_specs import DockerTargetSpec
+from orchestrator.nightly.target_specs import DockerTargetSpec, PodmanTargetSpec
 from orchestrator.nightly.targets.outcome import (
     LOGS,
     STDERR,
@@ -66,6 +66,18 @@ class DockerTarget:
         if spec.tls is not None and spec.docker_host is None:
             raise BadInput(f"target {spec.name}: tls goes with a tcp:// docker_host (a context carries its own TLS)")
         self.spec = spec
+        self._common(spec, orch, grace_s, ping_timeout_s, environ)
+
+    def _common(
+        self,
+        spec: DockerTargetSpec | PodmanTargetSpec,
+        orch: tuple[str, ...],
+        grace_s: float,
+        ping_timeout_s: float,
+        environ: Mapping[str, str] | None,
+    ) -> None:
+        """What every endpoint target keeps of its spec and settings (the Podman target's too)."""
+        self._gpus = spec.gpus
         self.name = spec.name
         self.concurrency = spec.concurrency
         self._orch = orch
@@ -75,13 +87,19 @@ class DockerTarget:
 
     # -- the environment of the cell's subprocesses -----------------------------------------------
 
-    @contextmanager
-    def _environment(self, request: CellRequest, cell_label: str | None) -> Iterator[dict[str, str]]:
-        local = self.spec.docker_host is None and self.spec.context is None
+    def _base_environment(self, request: CellRequest, cell_label: str | None, *, local: bool) -> dict[str, str]:
+        """This process's environment for the cell: the night's tag namespace and cell label added, the
+        endpoint variables dropped unless the cell runs on this machine's own engine (`local`)."""
         env = {key: value for key, value in self._environ.items() if local or key not in _ENDPOINT_VARS}
         env[TAG_NAMESPACE_VAR] = request.tag_namespace
         if cell_label is not None:
             env[LABELS_VAR] = ",".join(filter(None, [env.get(LABELS_VAR, ""), cell_label]))
+        return env
+
+    @contextmanager
+    def _environment(self, request: CellRequest, cell_label: str | None) -> Iterator[dict[str, str]]:
+        local = self.spec.docker_host is None and self.spec.context is None
+        env = self._base_environment(request, cell_label, local=local)
         if local:
             yield env
             return
@@ -114,7 +132,7 @@ class DockerTarget:
         logs.mkdir(parents=True, exist_ok=True)
         token = f"{request.cell_id}.{uuid.uuid4().hex[:12]}"
         cell_label = f"{CELL_LABEL}={token}" if request.cache == "cold" else None
-        gpus = request.gpus if request.gpus is not None else self.spec.gpus
+        gpus = request.gpus if request.gpus is not None else self._gpus
 
         outcome = CellTimer(request.cell_id)
 

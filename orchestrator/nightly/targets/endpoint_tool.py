@@ -10,6 +10,7 @@ changed in place.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -23,6 +24,8 @@ from orchestrator.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, OrchError
 _SWEEP_DEADLINE_S = 120.0
 _SWEEP_PAUSE_S = 2.0
 _QUIET_PASSES = 6
+#: Set by a Podman target (nightly/targets/podman_endpoint.py): the ping fails unless Podman answers.
+EXPECT_PODMAN_VAR = "ORCH_EXPECT_PODMAN"
 
 
 def _sweep(engine: Engine, label: str) -> list[str]:
@@ -47,7 +50,15 @@ def main(argv: list[str]) -> int:
         with connect() as engine:
             if argv[0] == "ping":
                 info = engine.info()
-                print(f"{info.endpoint}: Docker {info.server_version}")
+                name = "Podman" if info.kind == "podman" else "Docker"
+                if os.environ.get(EXPECT_PODMAN_VAR) == "1" and info.kind != "podman":
+                    print(
+                        f"{info.endpoint} answers as Docker {info.server_version}, not Podman: the plan's podman "
+                        "target would build with another engine",
+                        file=sys.stderr,
+                    )
+                    return EXIT_ENVIRONMENT
+                print(f"{info.endpoint}: {name} {info.server_version}{' (rootless)' if info.rootless else ''}")
             else:
                 for container_id in _sweep(engine, argv[1]):
                     print(container_id)
