@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 ORCH   := $(BIN)/orch
 OUT    ?= out
 
-.PHONY: venv engine nightly-services nightly-services-stop registry registry-tools test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
+.PHONY: venv engine podman nightly-services nightly-services-stop registry registry-tools test-tools base test test-unit test-integration lint demo nightly-demo bench golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ venv: $(STAMP)
 ## engine: make sure a Docker engine answers (installs docker.io and starts dockerd as root when none does)
 engine:
 	scripts/ensure-engine.sh
+
+## podman: rootless Podman for an unprivileged user (default orch-podman) and its API socket, the second engine
+## kind (scripts/podman.sh; as root: installs podman, creates the user, starts `podman system service`)
+podman: engine
+	scripts/podman.sh start
 
 ## nightly-services: what the nightly targets' tests run on: a second dockerd (TLS on a loopback port, its
 ## own data root; scripts/second-dockerd.sh) and a single-node Slurm cluster (scripts/slurm.sh). As root.
@@ -51,7 +56,7 @@ test-tools:
 ## test: the whole suite — lint, unit, golden, system (browser) and integration tests on the real engine.
 ## Two workers: the integration tests keep one (one xdist group, in file order), the rest run on the other
 ## (docs/testing.md: the time budget per folder).
-test: venv engine nightly-services registry-tools test-tools lint
+test: venv engine nightly-services registry-tools test-tools podman lint
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 test-unit: venv
