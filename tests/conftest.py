@@ -22,6 +22,10 @@ FOLDER_BUDGET_S = {
 
 #: The integration files that form the second engine session under xdist (see `pytest_xdist_make_scheduler`).
 NIGHTLY = ("tests/integration/test_nightly_targets_real.py", "tests/integration/test_nightly_two_nights.py")
+#: The Podman file: another engine (the test user's rootless Podman), so a scope and a session of its own too.
+PODMAN = ("tests/integration/test_podman.py",)
+#: The integration files that run beside the main engine session (never pruning its build cache).
+BESIDE_MAIN = NIGHTLY + PODMAN
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -44,6 +48,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             # their own (a session of their own, its own label) lets them wait beside the main engine session.
             if nodeid.startswith(NIGHTLY):
                 return "tests/integration (nightly targets)"
+            if nodeid.startswith(PODMAN):
+                return "tests/integration (podman)"
             return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid
 
     return EngineGroup(config, log)

@@ -23,7 +23,7 @@ from orchestrator.model.build_record import BuildRecord
 from orchestrator.stages.base_image import BaseOutcome, BaseRecipe, ensure_base_image
 from orchestrator.stages.build import BuildOptions
 from orchestrator.stages.execute import run_build
-from tests.conftest import NIGHTLY
+from tests.conftest import BESIDE_MAIN
 from tests.integration.foreign import ForeignObjects, make_foreign_objects
 from tests.integration.helpers import SESSION_FILTER, SESSION_TAG_NAMESPACE, session_containers
 from tests.integration.housekeeping import (
@@ -192,7 +192,7 @@ def _module_images_removed(docker_client: docker.DockerClient, request: pytest.F
     before = session_images(docker_client)
     # The nightly files run beside the others, in a session of their own: only the main session prunes the
     # build cache, so no record a running test of the other is about to reuse goes under it.
-    nightly = request.node.nodeid.startswith(NIGHTLY)
+    nightly = request.node.nodeid.startswith(BESIDE_MAIN)
     cache_before = set() if nightly else build_cache_ids(docker_client)
     yield
     _removable_made_since(docker_client, before)

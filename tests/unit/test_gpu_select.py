@@ -112,7 +112,10 @@ def test_the_run_plan_maps_exactly_gpu_1_for_gpus_device_1(four_gpu_host: HostFa
     mapping = plan_gpu_mapping("cuda", host, gpu_selection("cuda", host, "device=1", {}))
     plan = make_run_plan(loaded, "sha256:" + "1" * 64, mapping, tmp_path)
     assert tuple(plan.device.nvidia_device_ids) == ("1",) and tuple(plan.sample.nvidia_device_ids) == ("1",)
-    assert plan.mapping.description == "GPU(s) 1 through the nvidia runtime (--gpus device=1)"
+    assert (
+        plan.mapping.description
+        == "GPU(s) 1 through the nvidia runtime (not CDI: the daemon does not resolve CDI) (--gpus device=1)"
+    )
 
 
 def test_the_run_plan_maps_2_and_3_under_cuda_visible_devices(four_gpu_host: HostFacts, tmp_path: Path) -> None:
@@ -152,6 +155,12 @@ def test_the_dry_run_plan_shows_the_selected_gpus(four_gpu_host: HostFacts) -> N
     code = CodeRef(kind="folder", source="app", revision=None, dirty=False, dirty_diff_sha256=None, variant=None)
     options = BuildOptionsPlan(out=Path("/o"), tag=default_tag(loaded))
     chosen = rebuild_text(loaded, options, code, host, {}, gpus="device=1")
-    assert "gpu mapping: GPU(s) 1 through the nvidia runtime (--gpus device=1)" in chosen
+    assert (
+        "gpu mapping: GPU(s) 1 through the nvidia runtime (not CDI: the daemon does not resolve CDI) (--gpus device=1)"
+        in chosen
+    )
     allocated = rebuild_text(loaded, options, code, host, {}, environ={"CUDA_VISIBLE_DEVICES": "2,3"})
-    assert "GPU(s) 2, 3 through the nvidia runtime (CUDA_VISIBLE_DEVICES=2,3 (scheduler allocation))" in allocated
+    assert (
+        "GPU(s) 2, 3 through the nvidia runtime (not CDI: the daemon does not resolve CDI) (CUDA_VISIBLE_DEVICES=2,3 (scheduler allocation))"
+        in allocated
+    )

@@ -110,3 +110,15 @@ def test_render_nodes_ignore_other_names(tmp_path: Path) -> None:
         write(tmp_path / "dev/dri" / node)
     assert render_nodes(tmp_path) == ["/dev/dri/renderD128"]
     assert render_nodes(tmp_path / "missing") == []
+
+
+def test_rootless_podman_on_cgroup_v1_is_recorded_with_its_unenforced_limits(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    info = replace(engine_info(("crun", "runc"), ()), kind="podman", rootless=True, cgroup_version="1")
+    facts = collect_host_facts(info, tmp_path, FakeRun())
+    assert facts.docker is not None and facts.docker.engine_kind == "podman" and facts.docker.rootless
+    assert facts.docker.cdi_enabled and facts.docker.cdi_spec_dirs == ["/etc/cdi", "/var/run/cdi"]
+    assert "the containers' memory and pids limits are not enforced" in " ".join(facts.notes)
+    v2 = collect_host_facts(replace(info, cgroup_version="2"), tmp_path, FakeRun())
+    assert "not enforced" not in " ".join(v2.notes)

@@ -76,7 +76,7 @@ BASE = "nightly: 1\ndossiers: [{{path: {dossier}}}]\ntargets: [{{name: a, kind: 
             "required key 'history'",
         ),
         ("nightly: 2\n", ":1 [nightly]: the plan must start with `nightly: 1`"),
-        (BASE.replace("kind: docker", "kind: k8s"), "[targets[0]]: `kind` must be `docker` or `slurm`"),
+        (BASE.replace("kind: docker", "kind: k8s"), "[targets[0]]: `kind` must be `docker`, `podman` or `slurm`"),
         (BASE + "cache: lukewarm\n", "[cache]"),
         (
             BASE.replace(
@@ -150,6 +150,10 @@ HOSTILE_TARGET = "nightly: 1\ndossiers: [{{path: {dossier}}}]\ntargets: [{target
         ("{name: a, kind: docker, docker_host: 'unix:///run/docker.sock $(id)'}", "docker_host"),
         ("{name: a, kind: docker, context: '-oProxyCommand=x'}", "context"),
         ("{name: a, kind: slurm, partition: 'gpu$(touch x)', shared_dir: s}", "partition"),
+        ("{name: a, kind: podman, podman_host: 'ssh://-oProxyCommand=x/run/p.sock'}", "podman_host"),
+        ("{name: a, kind: podman, podman_host: 'ssh://ops@gpu-a'}", "podman_host"),
+        ("{name: a, kind: podman, podman_host: 'tcp://gpu-a:8080'}", "podman_host"),
+        ("{name: a, kind: podman, podman_host: 'ssh://ops@gpu-a/run/p.sock;id'}", "podman_host"),
         ('{name: a, kind: slurm, partition: "gpu\\n#SBATCH --wrap=x", shared_dir: s}', "partition"),
         ("{name: a, kind: slurm, partition: gpu, shared_dir: s, sbatch_args: ['--wrap=touch x']}", "sbatch_args"),
         (
@@ -176,6 +180,9 @@ def test_an_endpoint_or_slurm_value_that_could_inject_is_refused(tmp_path: Path,
         "{name: a, kind: docker, docker_host: 'tcp://[fd00::1]:2376'}",
         "{name: a, kind: docker, docker_host: 'unix:///var/run/docker.sock'}",
         "{name: a, kind: slurm, partition: gpu-a100.q, shared_dir: s, sbatch_args: ['--account=ml', '--qos=night']}",
+        "{name: a, kind: podman}",
+        "{name: a, kind: podman, podman_host: 'unix:///run/user/1000/podman/podman.sock'}",
+        "{name: a, kind: podman, podman_host: 'ssh://ops@gpu-01.lab.example:2222/run/user/1000/podman/podman.sock'}",
     ],
 )
 def test_real_endpoints_and_slurm_values_still_load(tmp_path: Path, target: str) -> None:
@@ -199,3 +206,12 @@ def test_a_history_folder_holding_other_things_is_refused(tmp_path: Path) -> Non
     (tmp_path / "h" / "thesis.tex").unlink()
     (tmp_path / "h" / "nights").mkdir()
     assert load_plan(file).history == (tmp_path / "h").resolve() or load_plan(file).history.name == "h"
+
+
+def test_publishing_from_a_podman_target_over_ssh_is_refused_when_the_plan_loads(tmp_path: Path) -> None:
+    target = "{name: pod, kind: podman, podman_host: 'ssh://ops@gpu-a/run/user/1000/podman/podman.sock'}"
+    body = HOSTILE_TARGET.format(dossier=TINY / "dossier.yaml", target=target)
+    file = write_plan(tmp_path, body + "publish: {registry: 'reg.example.org:5000', repository: team/nightly}\n")
+    with pytest.raises(PlanInvalid, match="publishes from a Podman target on this machine"):
+        load_plan(file)
+    assert load_plan(write_plan(tmp_path, body)).model.targets[0].kind == "podman", "without publish it loads"

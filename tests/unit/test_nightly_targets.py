@@ -11,15 +11,17 @@ import pytest
 from orchestrator.engine import RemoveContainers
 from orchestrator.errors import BadInput
 from orchestrator.nightly.cell import CellRequest
-from orchestrator.nightly.target_specs import DockerTargetSpec, SlurmTargetSpec, TlsFiles
+from orchestrator.nightly.target_specs import DockerTargetSpec, PodmanTargetSpec, SlurmTargetSpec, TlsFiles
 from orchestrator.nightly.targets import target_from_spec
 from orchestrator.nightly.targets.docker_endpoint import CELL_LABEL, DockerTarget
+from orchestrator.nightly.targets.endpoint_tool import EXPECT_PODMAN_VAR
 from orchestrator.nightly.targets.outcome import (
     last_error_line,
     rebuild_command,
     report_first_error,
     status_for_exit_code,
 )
+from orchestrator.nightly.targets.podman_endpoint import PodmanTarget, podman_publish_endpoint, ssh_forward_command
 from orchestrator.nightly.targets.slurm import SlurmTarget
 from tests.paths import REPO
 
@@ -132,6 +134,37 @@ def test_endpoint_environment_by_context(tmp_path: Path) -> None:
     target = DockerTarget(DockerTargetSpec(name="gpu-c", context="gpu-c"), environ={"DOCKER_HOST": "unix:///x"})
     with target._environment(_request(tmp_path), None) as env:
         assert env["DOCKER_CONTEXT"] == "gpu-c" and "DOCKER_HOST" not in env and "ORCH_LABELS" not in env
+
+
+# -- a Podman endpoint ----------------------------------------------------------------------------------
+
+
+def test_a_podman_target_names_its_socket_and_asks_the_ping_for_podman(tmp_path: Path) -> None:
+    caller = {"DOCKER_HOST": "unix:///var/run/docker.sock", "DOCKER_CONTEXT": "x", "XDG_RUNTIME_DIR": "/run/user/7"}
+    default = PodmanTarget(PodmanTargetSpec(name="pod"), environ=caller)
+    with default._environment(_request(tmp_path), None) as env:
+        assert env["DOCKER_HOST"] == "unix:///run/user/7/podman/podman.sock", "this user's own socket"
+        assert "DOCKER_CONTEXT" not in env and env[EXPECT_PODMAN_VAR] == "1"
+    named = PodmanTarget(PodmanTargetSpec(name="pod", podman_host="unix:///srv/p.sock"), environ=caller)
+    with named._environment(_request(tmp_path), f"{CELL_LABEL}=tok") as env:
+        assert env["DOCKER_HOST"] == "unix:///srv/p.sock" and env["ORCH_LABELS"] == "io.orch.cell=tok"
+    assert isinstance(target_from_spec(PodmanTargetSpec(name="pod")), PodmanTarget)
+
+
+def test_a_remote_podman_socket_is_forwarded_by_ssh_in_batch_mode(tmp_path: Path) -> None:
+    command = ssh_forward_command("ssh://ops@gpu-a:2222/run/user/1000/podman/podman.sock", tmp_path / "p.sock")
+    assert command[:2] == ["ssh", "-N"] and "BatchMode=yes" in command and "ExitOnForwardFailure=yes" in command
+    assert command[command.index("-L") + 1] == f"{tmp_path / 'p.sock'}:/run/user/1000/podman/podman.sock"
+    assert command[command.index("-p") + 1] == "2222" and command[-2:] == ["--", "ops@gpu-a"]
+
+
+def test_a_night_publishes_only_from_a_local_podman_socket() -> None:
+    spec = PodmanTargetSpec(name="pod", podman_host="ssh://ops@gpu-a/run/user/1000/podman/podman.sock")
+    with pytest.raises(BadInput, match="Podman target on this machine"):
+        podman_publish_endpoint(spec)
+    assert podman_publish_endpoint(PodmanTargetSpec(name="pod"), {"XDG_RUNTIME_DIR": "/run/user/9"}) == (
+        "unix:///run/user/9/podman/podman.sock"
+    )
 
 
 # -- Slurm ----------------------------------------------------------------------------------------------
