@@ -96,6 +96,10 @@ def _device_requests(spec: RunSpec) -> list[docker.types.DeviceRequest]:
     return requests_
 
 
+#: How much of a copied-out archive is read at a time (docker-py's default chunk size).
+_ARCHIVE_CHUNK = 2 * 1024 * 1024
+
+
 def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
     """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail)."""
     kept = CappedStream(limit)
@@ -105,13 +109,28 @@ def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
 
 
 def _copy_out(container: Any, copy: CopyOut) -> None:
-    stream, _ = container.get_archive(copy.path)
-    written = 0
-    for chunk in stream:
-        copy.dest.write(chunk[: copy.max_bytes + 1 - written])
-        written += len(chunk)
-        if written > copy.max_bytes:
-            break  # the reader sees more than max_bytes and refuses the archive
+    """`GET /containers/{id}/archive`, written to `copy.dest` up to one byte past `copy.max_bytes`.
+
+    The SDK's `get_archive` hands back a generator over a streamed response that nothing closes when the
+    reader stops early: an archive over the limit would leave its socket open until the garbage collector
+    finds it. Here the response is closed on every way out, read to the end or not."""
+    api: Any = container.client.api
+    response = api._get(
+        api._url("/containers/{0}/archive", container.id),
+        params={"path": copy.path},
+        stream=True,
+        headers={"Accept-Encoding": "identity"},
+    )
+    try:
+        api._raise_for_status(response)
+        written = 0
+        for chunk in response.iter_content(_ARCHIVE_CHUNK, False):
+            copy.dest.write(chunk[: copy.max_bytes + 1 - written])
+            written += len(chunk)
+            if written > copy.max_bytes:
+                break  # the reader sees more than max_bytes and refuses the archive
+    finally:
+        response.close()
 
 
 def start_failure(image: str, raw: str) -> ContainerStartFailed:

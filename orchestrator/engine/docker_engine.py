@@ -15,6 +15,8 @@ from dataclasses import replace
 from typing import IO, Any
 
 import docker
+import docker.errors
+import requests
 
 from orchestrator.engine import (
     BuildOutcome,
@@ -44,6 +46,7 @@ from orchestrator.engine.labels import (
     extra_labels_from_environment,
     tag_namespace_from_environment,
 )
+from orchestrator.errors import EngineUnavailable
 from orchestrator.redact import redact
 
 
@@ -93,7 +96,15 @@ class DockerEngine:
         labels = extra_labels_from_environment(os.environ)
         tag_namespace = tag_namespace_from_environment(os.environ)
         client, endpoint = open_client(base_url, tls_files, context)
-        return cls(client, endpoint, labels, tag_namespace, engine_kind(client.version()))
+        try:
+            version = client.version()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            client.close()  # its pooled socket goes now, not when the collector finds it
+            raise EngineUnavailable(
+                f"the engine at {redact(endpoint)} answered its ping but not `/version`: {redact(str(exc))[:300]}",
+                hint="Check the engine's log; orch reads /version to tell Docker from Podman.",
+            ) from None
+        return cls(client, endpoint, labels, tag_namespace, engine_kind(version))
 
     def close(self) -> None:
         self._client.close()
