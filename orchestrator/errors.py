@@ -194,6 +194,21 @@ class RegistryError(EnvironmentFailure):
     code = "registry"
 
 
+class SourceUnreachable(EnvironmentFailure):
+    """A remote data or weights item could not be fetched: its source did not answer, refused the credential or
+    does not have it. One line naming the item, the source and the variable (never its value); the bytes
+    received so far stay in the cache's partial folder and the next fetch resumes them (orchestrator/remote/)."""
+
+    code = "remote-source"
+
+
+class SourceMismatch(BadInput):
+    """A remote item's source sent other bytes than the dossier declares (the same name, other content): both
+    hashes in full; nothing is stored in the cache."""
+
+    code = "remote-mismatch"
+
+
 class DiskFull(EnvironmentFailure):
     """A write failed for want of space (ENOSPC, EDQUOT). Whatever was half-written has been removed."""
 

@@ -58,7 +58,13 @@ dry_run_option = click.option(
 @dossier_argument
 @variant_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
+@click.option(
+    "--fetch",
+    "fetch_remote_items",
+    is_flag=True,
+    help="Also get every remote data and weights item into the host's cache and check its sha256 (as `orch fetch`).",
+)
+def validate(dossier: Path, variant: str | None, as_json: bool, fetch_remote_items: bool) -> None:
     """Check a dossier: schema, referenced files and their fingerprints, lock, and coherence with the vendor tables."""
     from orchestrator.cli.console import make_console
     from orchestrator.cli.progress import hash_progress
@@ -71,6 +77,12 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         )
     fingerprints = declared_fingerprints(loaded.reference_model)
     remote = [artifact.name for artifact in (*loaded.model.data, *loaded.model.weights) if artifact.path is None]
+    fetched: list[str] = []
+    if fetch_remote_items and remote:
+        from orchestrator.cli.fetch_cmds import fetch_remote
+
+        done = fetch_remote(loaded, make_console(stderr=True))
+        fetched = [entry.item.name for entry in done]
     model = loaded.model
     torch = loaded.lock.get("torch")
     variants = [v.name for v in loaded.reference_model.variants]
@@ -88,7 +100,8 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
         "locked_packages": len(loaded.lock.requirements),
         "files": len(loaded.files),
         "fingerprints_checked": sum(len(declared) for declared in fingerprints.values()),
-        "fingerprints_remote": remote,
+        "fingerprints_remote": [name for name in remote if name not in fetched],
+        "fetched": fetched,
         "links": loaded.links,
         "variants": variants,
     }
@@ -111,8 +124,10 @@ def validate(dossier: Path, variant: str | None, as_json: bool) -> None:
             console.print(f"  {key:<16} {summary[key]}")
     console.print(f"  {'locked':<16} {summary['locked_packages']} packages; {summary['files']} referenced files")
     console.print(f"  {'fingerprints':<16} {summary['fingerprints_checked']} sha256 checked, all match")
-    if remote:
-        console.print(f"  {'not checked':<16} remote, no local path: {', '.join(remote)}")
+    if fetched:
+        console.print(f"  {'fetched':<16} remote, in the cache, sha256 checked: {', '.join(fetched)}")
+    elif remote:
+        console.print(f"  {'not checked':<16} remote (`--fetch` gets and checks them): {', '.join(remote)}")
     if loaded.links:
         shown = ", ".join(f"{link} -> {target}" for link, target in sorted(loaded.links.items()))
         console.print(f"  {'links followed':<16} {shown} (inside the folder; copied as files)")

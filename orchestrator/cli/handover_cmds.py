@@ -64,6 +64,12 @@ def _auth(user_env: str | None, password_env: str | None) -> RegistryAuth | None
     is_flag=True,
     help="With --push: leave image.tar.gz out; `orch verify` then pulls the image by its digest.",
 )
+@click.option(
+    "--include-remote",
+    is_flag=True,
+    help="Copy the remote data and weights (items with a uri) into the folder's remote/ too; by default they are "
+    "handed over by reference (source, sha256, size, access variable) and `orch verify` fetches them.",
+)
 @sign_option
 @registry_credentials_options
 def handover(
@@ -73,6 +79,7 @@ def handover(
     variant: str | None,
     push: str | None,
     no_image_file: bool,
+    include_remote: bool,
     sign_key: Path | None,
     registry_user_env: str | None,
     registry_password_env: str | None,
@@ -116,6 +123,7 @@ def handover(
             auth=auth,
             image_file=not no_image_file,
             signer=signer,
+            include_remote=include_remote,
         )
     size = sum(f.size for f in manifest.files) / 1e9
     console.print(
@@ -123,6 +131,10 @@ def handover(
     )
     if manifest.repository_digest:
         console.print(f"  pushed: {manifest.repository_digest}")
+    for item in manifest.remote or []:
+        how = f"included as {item.included}" if item.included else "by reference"
+        access = f", credential from ${item.access}" if item.access else ""
+        console.print(f"  remote: {item.kind} {item.name} {how} ({item.uri}{access})", highlight=False)
     if signer is not None:
         console.print(f"  signed: attestations/ by {signer.public_key.keyid} (provenance and verification)")
     trust = " --trust ALLOWED_SIGNERS" if signer is not None else ""

@@ -17,6 +17,7 @@ from orchestrator.cli.base_cmd import base
 from orchestrator.cli.build_cmd import build
 from orchestrator.cli.compare_cmd import compare
 from orchestrator.cli.dossier_cmds import render, schema, validate
+from orchestrator.cli.fetch_cmds import cache, fetch
 from orchestrator.cli.handover_cmds import handover, verify
 from orchestrator.cli.init_cmd import init
 from orchestrator.cli.lock_cmds import lock
@@ -34,6 +35,8 @@ def cli() -> None:
 
 
 cli.add_command(validate)
+cli.add_command(fetch)
+cli.add_command(cache)
 cli.add_command(schema)
 cli.add_command(render)
 cli.add_command(base)

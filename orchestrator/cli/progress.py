@@ -5,7 +5,7 @@ terminal; in logs and CI the step lines print as they come."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -128,3 +128,29 @@ def hash_progress(console: Console, label: str, *, threshold: int | None = None)
         yield bar
     finally:
         bar.stop()
+
+
+@contextmanager
+def download_progress(console: Console) -> Iterator[Callable[[str], Callable[[int, int | None], None]]]:
+    """A byte bar per remote item as it downloads (`orch fetch`, `validate --fetch`); `open(label)` gives the
+    item's callback. Transient: what stays on the console is the per-item line the command prints after."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+    def open_item(label: str) -> Callable[[int, int | None], None]:
+        task = progress.add_task(label, total=None)
+
+        def advance(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+
+        return advance
+
+    with progress:
+        yield open_item

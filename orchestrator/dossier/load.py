@@ -505,6 +505,11 @@ def dossier_identity(model: Dossier, files: dict[str, str], variant: str | None)
     for python in [dumped["python"], *(variant.get("python") for variant in dumped.get("variants") or [])]:
         if isinstance(python, dict) and python.get("installer") is None:
             python.pop("installer", None)
+    # data/weights endpoint (an S3-compatible store, with remote sources) likewise.
+    for section in ("data", "weights"):
+        for artifact in dumped.get(section) or []:
+            if isinstance(artifact, dict) and artifact.get("endpoint") is None:
+                artifact.pop("endpoint", None)
     payload = {
         "dossier": dumped,
         "files": dict(sorted(files.items())),

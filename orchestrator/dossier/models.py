@@ -29,6 +29,7 @@ from pydantic import (
 
 from orchestrator.dossier.extensions import BuildSpec
 from orchestrator.dossier.fields import RelativePath, StrictModel
+from orchestrator.dossier.sources import parse_source
 from orchestrator.model.platform import Installer, InstallMode, Platform
 
 SCHEMA_VERSION = 1
@@ -118,11 +119,25 @@ class Artifact(StrictModel):
         "sha256 is the tree hash of its regular files (each relative path and sha256, in order), and it is mounted "
         "as a folder.",
     )
-    uri: str | None = Field(default=None, description="Remote location (https://, s3://, gs://, hf://).")
+    uri: str | None = Field(
+        default=None,
+        description="Remote location, fetched into orch's cache and checked against sha256 before use: "
+        "https://host/file, s3://bucket/key (s3://bucket/prefix/ for a folder), "
+        "hf://owner/repo@<40-hex commit>/path, oci://registry/repository@sha256:<manifest digest> "
+        "(docs/remote-sources.md). A branch, tag or OCI tag is refused: it can move.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+/?$",
+        description="s3:// only: the endpoint of an S3-compatible store (https://minio.example:9000); "
+        "AWS S3 when absent.",
+    )
     sha256: Sha256
     provenance: str = Field(min_length=1, description="Who made it, from what, when.")
     access: EnvName | None = Field(
-        default=None, description="Name of the environment variable or secret that grants access."
+        default=None,
+        description="Name of the environment variable that grants access (its value is read when fetching, never "
+        "written): https and hf a bearer token, s3 KEY_ID:SECRET[:SESSION_TOKEN], oci user:password.",
     )
 
     @model_validator(mode="after")
@@ -131,6 +146,11 @@ class Artifact(StrictModel):
             raise ValueError("give exactly one of 'path' (a local file) or 'uri' (a remote one)")
         if self.uri is not None:
             _refuse_credentials_in_url(self.uri)
+            source = parse_source(self.uri)  # SourceError is a ValueError: pydantic names the field
+            if self.endpoint is not None and source.scheme != "s3":
+                raise ValueError("'endpoint' goes with an s3:// uri (an S3-compatible store)")
+        elif self.endpoint is not None:
+            raise ValueError("'endpoint' goes with an s3:// uri, not a local path")
         return self
 
 

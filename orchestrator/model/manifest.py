@@ -23,6 +23,23 @@ class ManifestFile(BaseModel):
     size: int
 
 
+class RemoteItem(BaseModel):
+    """A data or weights item handed over by reference: where it comes from and what it must hash to. `orch
+    verify` fetches it into its own cache (with the credential in `access`, by name) and checks it before any
+    image is loaded; `included`: the folder carries a copy (`orch handover --include-remote`) at that path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["data", "weights"]
+    name: str
+    uri: str
+    sha256: str
+    size: int
+    access: str | None = None
+    endpoint: str | None = None
+    included: str | None = None
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -45,3 +62,5 @@ class Manifest(BaseModel):
     #: can pull it by that digest instead of loading image.tar.gz, which such a hand-over may then omit.
     #: Absent from older manifests, which verify as before.
     repository_digest: str | None = None
+    #: The dossier's remote items (a `uri`), handed over by reference; absent when it has none.
+    remote: list[RemoteItem] | None = None

@@ -8,6 +8,7 @@ numbered steps printed are the steps the executor runs and records in `steps.jso
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from orchestrator.plan.program import (
     probe_program,
     rebuild_program,
 )
+from orchestrator.remote.cache import default_root
 from orchestrator.stages.build import BuildOptions
 
 NO_ENGINE = "the daemon's GPU support is not known without an engine"
@@ -66,6 +68,7 @@ def dry_probe_facts(
         engine_labels=dict(engine_labels),
         # A dry run asks no engine: said where the mapping depends on the daemon's runtimes.
         host_notes=() if host.docker is not None else (NO_ENGINE,),
+        sources_cache=default_root(os.environ if environ is None else environ),
     )
 
 

@@ -19,6 +19,7 @@ from orchestrator.plan.program import (
     DeviceStage,
     EnsureBase,
     EnsureWheels,
+    FetchSources,
     HandOver,
     HostStage,
     ImageChecks,
@@ -247,6 +248,21 @@ def describe(step: Step, loaded: LoadedDossier, engine_labels: Mapping[str, str]
                 step.name,
                 "write build.json, build.log, pip-freeze.txt and sbom.cdx.json",
                 (("folder", str(step.folder)),),
+                False,
+            )
+        case FetchSources():
+            return PlannedCall(
+                step.name,
+                f"the remote items in the cache {step.cache}: each found there and hashed again, else fetched "
+                "from its source and checked against its sha256 (before any build or container)",
+                tuple(
+                    (
+                        item.label,
+                        f"{item.uri} → {item.cached} (sha256 {item.sha256}"
+                        + (f"; credential from ${item.access})" if item.access else "; no credential)"),
+                    )
+                    for item in step.items
+                ),
                 False,
             )
         case ImageStage():

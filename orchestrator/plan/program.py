@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from orchestrator.dossier.load import LoadedDossier
+from orchestrator.dossier.sources import cached_object
 from orchestrator.model.build_record import CodeRef, EngineRef
 from orchestrator.model.host import HostFacts
 from orchestrator.model.platform import Platform
@@ -82,6 +83,9 @@ class ProbeFacts:
     engine_labels: Mapping[str, str] = field(default_factory=dict)
     #: A dry run asks no engine: said in the host step's description.
     host_notes: tuple[str, ...] = ()
+    #: The host's cache of remote items (ORCH_CACHE_DIR or the XDG cache): step `fetch` fills it, the sample
+    #: mounts from it.
+    sources_cache: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,30 @@ class WriteBuildRecord(Step):
     folder: Path
     build: BuildSteps
     builder_engine: EngineRef | None = None
+
+
+@dataclass(frozen=True)
+class RemoteSource:
+    """One data or weights item with a `uri`, as step `fetch` gets it (the credential's variable by name only)."""
+
+    label: str
+    uri: str
+    sha256: str
+    access: str | None
+    #: Where it sits in the cache once fetched (what the sample mounts).
+    cached: Path
+
+
+@dataclass(frozen=True)
+class FetchSources(Step):
+    """The dossier's remote items in the host's cache before anything is built or started: each found there
+    (hashed again) or fetched from its source and checked against its sha256 (orchestrator/remote/). Only in a
+    program whose dossier has such items."""
+
+    name: ClassVar[str] = "fetch"
+    engine: ClassVar[bool] = False
+    cache: Path
+    items: tuple[RemoteSource, ...]
 
 
 @dataclass(frozen=True)
@@ -312,10 +340,18 @@ def probe_program(
     platform = loaded.model.system.platform
     mapping = plan_gpu_mapping(platform, facts.host, facts.selection)
     docker = facts.host.docker
-    run = make_run_plan(loaded, image, mapping, out, rootless_engine=docker is not None and docker.rootless)
+    run = make_run_plan(
+        loaded,
+        image,
+        mapping,
+        out,
+        rootless_engine=docker is not None and docker.rootless,
+        sources_cache=facts.sources_cache,
+    )
     fingerprinted = [str(item.path) for item in loaded.model.expect.inputs]
     fingerprinted += [str(a.path or a.uri or a.name) for a in (*loaded.model.data, *loaded.model.weights)]
-    steps: list[Step] = [
+    steps: list[Step] = [*fetch_step(loaded, facts.sources_cache)]
+    steps += [
         ImageStage(spec=run.inventory, after_build=facts.image_id is None),
         HostStage(mapping=mapping, selection=facts.selection, notes=facts.host_notes),
         DeviceStage(
@@ -332,6 +368,17 @@ def probe_program(
     return tuple(steps)
 
 
+def fetch_step(loaded: LoadedDossier, cache: Path | None) -> list[FetchSources]:
+    """Step `fetch` when the dossier has remote items (and a cache to put them in), else nothing."""
+    items = tuple(
+        RemoteSource(f"{kind} {a.name}", a.uri, a.sha256, a.access, cached_object(cache, a.sha256))
+        for kind, group in (("data", loaded.model.data), ("weights", loaded.model.weights))
+        for a in group
+        if a.uri is not None and cache is not None
+    )
+    return [FetchSources(cache=cache, items=items)] if items and cache is not None else []
+
+
 def rebuild_program(
     loaded: LoadedDossier,
     build: BuildFacts,
@@ -341,8 +388,12 @@ def rebuild_program(
     handover: Path | None = None,
     sign_key: Path | None = None,
 ) -> Program:
-    """`orch rebuild`: the build, then the probe of the image it makes, the report, the hand-over."""
+    """`orch rebuild`: the remote items fetched (before a build that could take an hour fails on a revoked
+    credential), the build, then the probe of the image it makes, the report, the hand-over."""
+    probing = probe_program(loaded, options.out, probe, handover=handover, sign_key=sign_key)
+    fetch = tuple(step for step in probing if isinstance(step, FetchSources))
     return (
+        *fetch,
         *build_program(loaded, build, options),
-        *probe_program(loaded, options.out, probe, handover=handover, sign_key=sign_key),
+        *(step for step in probing if not isinstance(step, FetchSources)),
     )

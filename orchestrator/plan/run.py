@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.dossier.load import LoadedDossier
+from orchestrator.dossier.sources import cached_object
 from orchestrator.model.host import DockerGpuFacts, HostFacts
 from orchestrator.model.platform import Platform
 from orchestrator.plan.gpu_select import GpuSelection
@@ -216,20 +217,35 @@ class SampleFolders:
     #: The engine runs rootless (Podman as a user, rootless Docker): the container's uid 10001 is one of the
     #: user's sub-ids on the host, so the folders it writes are opened to all rather than given to uid 10001.
     rootless_engine: bool = False
+    #: The host's cache of remote items (orchestrator/remote/cache.py): an item with a `uri` is mounted from
+    #: there (where step `fetch` put it). None: remote items are not mounted (and their fingerprints fail).
+    sources_cache: Path | None = None
 
     @classmethod
-    def under(cls, out: Path, rootless_engine: bool = False) -> SampleFolders:
-        return cls(out / "sample-output", out / "sample-meta", out / "probe-site", out / "sample.log", rootless_engine)
+    def under(cls, out: Path, rootless_engine: bool = False, sources_cache: Path | None = None) -> SampleFolders:
+        return cls(
+            out / "sample-output",
+            out / "sample-meta",
+            out / "probe-site",
+            out / "sample.log",
+            rootless_engine,
+            sources_cache,
+        )
 
 
-def sample_mounts(loaded: LoadedDossier, output: Path, meta: Path, site: Path) -> list[Mount]:
+def sample_mounts(
+    loaded: LoadedDossier, output: Path, meta: Path, site: Path, sources_cache: Path | None = None
+) -> list[Mount]:
     model = loaded.model
     # A data, weights or input folder is mounted as one tree, read-only.
     mounts = [Mount(loaded.resolve(item.path, kind="any"), f"/orch/input/{item.path}") for item in model.expect.inputs]
     for kind, group in (("data", model.data), ("weights", model.weights)):
-        mounts += [
-            Mount(loaded.resolve(a.path, kind="any"), f"/orch/{kind}/{a.name}") for a in group if a.path is not None
-        ]
+        for a in group:
+            if a.path is not None:
+                mounts.append(Mount(loaded.resolve(a.path, kind="any"), f"/orch/{kind}/{a.name}"))
+            elif sources_cache is not None:
+                # Where step `fetch` puts it, by its fingerprint: the same path for every dossier naming these bytes.
+                mounts.append(Mount(cached_object(sources_cache, a.sha256), f"/orch/{kind}/{a.name}"))
     mounts += [
         Mount(output, "/orch/output", read_only=False),
         Mount(meta, "/orch/meta", read_only=False),
@@ -258,7 +274,7 @@ def sample_spec(loaded: LoadedDossier, image: str, mapping: GpuMapping, folders:
     return RunSpec(
         image=image,
         command=expect.command,
-        mounts=sample_mounts(loaded, folders.output, folders.meta, folders.site),
+        mounts=sample_mounts(loaded, folders.output, folders.meta, folders.site, folders.sources_cache),
         environment=sample_environment(loaded),
         timeout_s=expect.timeout_s,
         mem_limit=f"{expect.limits.memory_mib}m",
@@ -288,10 +304,16 @@ class RunPlan:
 
 
 def make_run_plan(
-    loaded: LoadedDossier, image: str, mapping: GpuMapping, out: Path, rootless_engine: bool = False
+    loaded: LoadedDossier,
+    image: str,
+    mapping: GpuMapping,
+    out: Path,
+    rootless_engine: bool = False,
+    sources_cache: Path | None = None,
 ) -> RunPlan:
-    """`mapping` comes from `plan_gpu_mapping(platform, host facts)`; `out` is the probe's output folder."""
-    folders = SampleFolders.under(out, rootless_engine)
+    """`mapping` comes from `plan_gpu_mapping(platform, host facts)`; `out` is the probe's output folder;
+    `sources_cache` the host's cache of remote items."""
+    folders = SampleFolders.under(out, rootless_engine, sources_cache)
     return RunPlan(
         image=image,
         mapping=mapping,

@@ -26,6 +26,7 @@ from orchestrator.plan.program import (
     DeviceStage,
     EnsureBase,
     EnsureWheels,
+    FetchSources,
     HandOver,
     HostStage,
     ImageChecks,
@@ -44,6 +45,7 @@ from orchestrator.plan.program import (
 from orchestrator.stages import build as build_steps
 from orchestrator.stages import probe as probe_steps
 from orchestrator.stages.build import BuildOptions
+from orchestrator.stages.fetch_sources import do_fetch_sources
 from orchestrator.stages.handover import do_handover
 from orchestrator.stages.observe import observe_build, observe_probe, with_base
 from orchestrator.stages.probe import ProbeOptions, assemble_report, variant_notes
@@ -55,6 +57,7 @@ Handler = Callable[[Any, Run], StepOutcome]
 
 #: Each step type and the one function that does its work.
 HANDLERS: Mapping[type[Step], Handler] = {
+    FetchSources: do_fetch_sources,
     EnsureBase: build_steps.do_ensure_base,
     RenderContext: build_steps.do_render,
     EnsureWheels: do_wheels,

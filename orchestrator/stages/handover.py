@@ -58,6 +58,8 @@ from orchestrator.resources import handover_templates_root, render_template
 from orchestrator.stages.attestations import sign_folder
 from orchestrator.stages.attestations_registry import push_attestations
 from orchestrator.stages.build import read_record
+from orchestrator.stages.handover_access import access_md
+from orchestrator.stages.handover_remote import CACHE_IN_SHELL, remote_manifest
 from orchestrator.stages.publish import publish_image
 from orchestrator.stages.state import DONE, Run, StepOutcome
 from orchestrator.timestamps import rfc3339_now
@@ -89,34 +91,6 @@ def _copy_dossier(loaded: LoadedDossier, dest: Path) -> str:
     return loaded.path.name
 
 
-@dataclass(frozen=True)
-class Credential:
-    """One credential a dossier needs, by name: for a package index, or for a data set or weights file."""
-
-    variable: str
-    kind: str  # "index", "data" or "weights"
-    name: str
-    where: str
-
-
-def _access_md(loaded: LoadedDossier) -> str:
-    model = loaded.model
-    credentials = [
-        Credential(variable=index.access, kind="index", name=index.url, where=index.url)
-        for index in model.python.indexes
-        if index.access
-    ]
-    for kind, items in (("data", model.data), ("weights", model.weights)):
-        credentials += [
-            Credential(variable=item.access, kind=kind, name=item.name, where=item.uri or item.path or "")
-            for item in items
-            if item.access
-        ]
-    return render_template(
-        handover_templates_root(), "ACCESS.md.j2", autoescape=False, name=model.name, credentials=credentials
-    )
-
-
 _FENCE = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
@@ -135,6 +109,12 @@ def _sample_run_by_hand(loaded: LoadedDossier, image_id: str) -> list[str]:
     mounts = [mount(item.path, f"/orch/input/{item.path}") for item in model.expect.inputs]
     for kind, group in (("data", model.data), ("weights", model.weights)):
         mounts += [mount(item.path, f"/orch/{kind}/{item.name}") for item in group if item.path is not None]
+        # A remote item from orch's cache, where `orch fetch` (or `orch verify`) put it by its sha256.
+        mounts += [
+            f'-v "{CACHE_IN_SHELL}/objects/{item.sha256}:/orch/{kind}/{item.name}:ro"'
+            for item in group
+            if item.path is None
+        ]
     mounts.append('-v "$WORK/out:/orch/output"')
     environment = [f"-e PYTHONHASHSEED={model.determinism.seed}", "-e HF_HUB_OFFLINE=1"]
     if model.determinism.cublas_workspace_config:
@@ -236,8 +216,12 @@ def write_handover(
     image_file: bool = True,
     built: tuple[BuildRecord, Report] | None = None,
     signer: Signer | None = None,
+    include_remote: bool = False,
 ) -> Manifest:
     """Write the hand-over folder `out` from an `orch rebuild` folder.
+
+    Remote data and weights (a `uri`) are handed over by reference (manifest.json's `remote`), or copied into
+    `remote/` with `include_remote` (stages/handover_remote.py).
 
     With `push_to` (`registry/repository:tag`) the image is pushed first and the manifest records its
     repository digest; a push that fails stops the hand-over (RegistryError, nothing written). Without
@@ -294,6 +278,7 @@ def write_handover(
             _write_image(engine, record.image.tag, staging / IMAGE_FILE)
         stage("dossier")
         dossier_file = _copy_dossier(loaded, staging / "dossier")
+        remote = remote_manifest(loaded, staging, include=include_remote)
         build = staging / "build"
         build.mkdir()
         for name in ("build.json", "build.log", "pip-freeze.txt", SBOM_FILE):
@@ -323,7 +308,7 @@ def write_handover(
             ),
             encoding="utf-8",
         )
-        (staging / "ACCESS.md").write_text(_access_md(loaded), encoding="utf-8")
+        (staging / "ACCESS.md").write_text(access_md(loaded), encoding="utf-8")
         stage("checksums")
         entries = _sums(staging)
         manifest = Manifest(
@@ -340,11 +325,16 @@ def write_handover(
             files=[ManifestFile(path=p, sha256=h, size=s) for p, h, s in entries],
             repository_digest=pinned,
             environment_digest=environment.digest if environment is not None else None,
+            remote=remote or None,
         )
         # Without a push (or a digest) the manifest stays exactly the older format's, so an older orch still reads it.
         left_out = {
             name
-            for name, value in (("repository_digest", pinned), ("environment_digest", manifest.environment_digest))
+            for name, value in (
+                ("repository_digest", pinned),
+                ("environment_digest", manifest.environment_digest),
+                ("remote", manifest.remote),
+            )
             if value is None
         } or None
         (staging / MANIFEST_FILE).write_text(

@@ -14,6 +14,7 @@ from orchestrator.engine import Engine, ImageInfo
 from orchestrator.host.collect import collect_host_facts
 from orchestrator.model.host import HostFacts
 from orchestrator.plan.program import BuildFacts, ProbeFacts
+from orchestrator.remote.cache import default_root
 from orchestrator.stages.build import code_ref
 from orchestrator.stages.code_source import CodeState, inspect_code
 from orchestrator.stages.image_stage import resolve_image
@@ -69,6 +70,7 @@ def observe_host(
         host=host,
         selection=selection,
         engine_labels=dict(engine.settings.labels),
+        sources_cache=default_root(environ),
     )
 
 

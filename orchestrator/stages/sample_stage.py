@@ -11,12 +11,14 @@ from typing import Any
 
 from orchestrator.dossier.fingerprints import FINGERPRINT_NEXT_STEP
 from orchestrator.dossier.load import LoadedDossier, where_differ
+from orchestrator.dossier.sources import cached_object
 from orchestrator.engine import Engine, describe_exit
 from orchestrator.errors import OutputMissing, UnsafeOutput
 from orchestrator.model.checks import Check, first_failure
 from orchestrator.model.report import StageError, StageResult
 from orchestrator.plan.run import RunPlan
 from orchestrator.plan.specs import RUNTIME_UID
+from orchestrator.remote.cache import content_sha256
 from orchestrator.resources import probe_source
 from orchestrator.stages.results import check, stage_result
 from orchestrator.untrusted import read_output_json
@@ -25,8 +27,11 @@ from orchestrator.untrusted import read_output_json
 META_MAX_BYTES = 64 << 10
 
 
-def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
-    """Inputs, data and weights are hashed on the host before anything runs; a mismatch stops the sample."""
+def verify_fingerprints(loaded: LoadedDossier, sources_cache: Path | None = None) -> list[Check]:
+    """Inputs, data and weights are hashed on the host before anything runs; a mismatch stops the sample.
+
+    A remote item is hashed where the sample will see it: its object in the host's cache (step `fetch` put it
+    there; a copy changed since is caught here, just before the container starts)."""
     checks: list[Check] = []
     model = loaded.model
     items: list[tuple[str, str | None, str | None, str]] = [
@@ -39,12 +44,30 @@ def verify_fingerprints(loaded: LoadedDossier) -> list[Check]:
     ]
     for label, path, uri, expected in items:
         if path is None:
+            cached = None if sources_cache is None else cached_object(sources_cache, expected)
+            if cached is None or not cached.exists():
+                checks.append(
+                    check(
+                        f"{label} fingerprint",
+                        f"sha256 {expected}",
+                        f"remote ({uri}): not in the cache {sources_cache or '(none)'}",
+                        False,
+                        "run `orch fetch DOSSIER` (or the probe, whose step `fetch` gets it) with the item's "
+                        "access variable set",
+                    )
+                )
+                continue
+            observed = content_sha256(cached)
             checks.append(
                 check(
                     f"{label} fingerprint",
                     f"sha256 {expected}",
-                    f"remote ({uri}): fetch it to a local path first",
-                    False,
+                    f"sha256 {observed}",
+                    observed == expected,
+                    None
+                    if observed == expected
+                    else f"the cached copy of {uri} changed after it was fetched: {where_differ(expected, observed)}; "
+                    "run `orch fetch DOSSIER` again (it removes and refetches a changed copy)",
                 )
             )
             continue
@@ -92,7 +115,7 @@ def sample_stage(engine: Engine, loaded: LoadedDossier, plan: RunPlan) -> StageR
     from orchestrator.checks.sample import sample_checks
 
     started = time.monotonic()
-    fingerprints = verify_fingerprints(loaded)
+    fingerprints = verify_fingerprints(loaded, plan.folders.sources_cache)
     if first_failure(fingerprints) is not None:
         return stage_result(
             "sample", started, fingerprints, {"ran": False, "fingerprints": fingerprint_facts(fingerprints)}

@@ -54,11 +54,13 @@ from orchestrator.model.image_ref import split_reference
 from orchestrator.model.manifest import Manifest
 from orchestrator.model.report import STAGES, Report
 from orchestrator.plan.build import default_tag
+from orchestrator.remote.fetch import remote_items
 from orchestrator.report.write import read_report, write_report
 from orchestrator.stages.attestations import Attribution, check_folder_attestations, unattributed_line
 from orchestrator.stages.execute import run_probe
 from orchestrator.stages.handover import IMAGE_FILE
 from orchestrator.stages.handover_folder import MAX_SUMS_BYTES, check_folder, check_folder_files
+from orchestrator.stages.handover_remote import get_handed_over
 from orchestrator.stages.image_tar import IDENTITY_LABEL, ImageTarFacts, inspect_image_tar, untagged_stream
 from orchestrator.stages.probe import ProbeOptions
 
@@ -414,6 +416,10 @@ def verify_handover(
     stage("checks")
     checked = checked or check_handover(folder, from_registry=from_registry)
     manifest = checked.manifest
+    if manifest.remote or remote_items(checked.loaded.model):
+        # Before any image is loaded: each remote item from the folder's copy or its source, fingerprint checked.
+        stage("fetch remote items")
+        get_handed_over(checked.folder, manifest, checked.loaded, environ=None)
     stage("pull image" if checked.pull_from else "load image")
     image = load_checked_image(engine, checked, auth)
     stage("probe")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dossier.load import LoadedDossier, load_dossier
-from orchestrator.stages.handover import _access_md, _procedure_md
+from orchestrator.stages.handover import _procedure_md
+from orchestrator.stages.handover_access import access_md
 from tests.paths import EXAMPLES, GOLDEN
 
 HANDOVER_GOLDEN = GOLDEN / "handover"
@@ -52,7 +53,7 @@ def _check(rendered: str, name: str, request: pytest.FixtureRequest) -> None:
 
 def _documents(loaded: LoadedDossier) -> tuple[str, str]:
     tag = f"orch/{loaded.model.name}:{loaded.short_identity}"
-    return _procedure_md(loaded, loaded.path.name, IMAGE_ID, tag), _access_md(loaded)
+    return _procedure_md(loaded, loaded.path.name, IMAGE_ID, tag), access_md(loaded)
 
 
 @pytest.mark.parametrize(("path", "variant"), CASES, ids=[_name(p, v) for p, v in CASES])
