@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def fetch_remote(loaded: LoadedDossier, console: Console) -> list[Fetched]:
-    """Every remote item of the dossier in the cache (ORCH_CACHE_DIR), a byte bar each; one line per item."""
+    """Every remote item of the dossier in the cache ($ORCH_CACHE_DIR/sources), a byte bar each; one line per item."""
     from orchestrator.cli.progress import download_progress
     from orchestrator.remote.cache import ContentCache
     from orchestrator.remote.fetch import fetch_all
@@ -43,7 +43,7 @@ def fetch(dossier: Path, variant: str | None, as_json: bool) -> None:
     """Get the dossier's remote data and weights into the host's cache ahead of time.
 
     Each item with a `uri` is found in the cache (hashed again) or fetched from its source with the credential
-    in the variable its `access` names, checked against its sha256 and stored by it (ORCH_CACHE_DIR, default
+    in the variable its `access` names, checked against its sha256 and stored by it ($ORCH_CACHE_DIR/sources, default
     ~/.cache/orch/sources). Exit 3 when a source cannot be reached or refuses the credential (the item, the
     source and the variable named); exit 2 when the bytes are not the declared ones (both hashes).
     """
@@ -75,7 +75,7 @@ def fetch(dossier: Path, variant: str | None, as_json: bool) -> None:
 
 @click.group()
 def cache() -> None:
-    """The host's cache of remote data and weights (ORCH_CACHE_DIR; size limit ORCH_CACHE_MAX, default 100G)."""
+    """The host's cache of remote data and weights ($ORCH_CACHE_DIR/sources; size limit ORCH_CACHE_MAX, default 100G)."""
 
 
 @cache.command("list")

@@ -83,7 +83,7 @@ class ProbeFacts:
     engine_labels: Mapping[str, str] = field(default_factory=dict)
     #: A dry run asks no engine: said in the host step's description.
     host_notes: tuple[str, ...] = ()
-    #: The host's cache of remote items (ORCH_CACHE_DIR or the XDG cache): step `fetch` fills it, the sample
+    #: The host's cache of remote items ($ORCH_CACHE_DIR/sources or ~/.cache/orch/sources): step `fetch` fills it, the sample
     #: mounts from it.
     sources_cache: Path | None = None
 

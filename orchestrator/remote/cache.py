@@ -1,7 +1,8 @@
 """The content-addressed cache of remote items on the host: one folder, shared by builds, probes, nightly cells
 and `orch verify` (they find an item by its declared sha256, whoever fetched it).
 
-Layout under the root (`ORCH_CACHE_DIR`, else `$XDG_CACHE_HOME/orch/sources`, else `~/.cache/orch/sources`):
+Layout under the root (`$ORCH_CACHE_DIR/sources`, else `$XDG_CACHE_HOME/orch/sources`, else
+`~/.cache/orch/sources`: beside the wheel cache, `wheels/`):
 
 - `objects/<sha256>`: a fetched file, or a folder whose tree hash (dossier/paths.py: each regular file's
   relative path and sha256, in order) is `<sha256>`. Put there by an atomic rename once verified, never
@@ -41,9 +42,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 
 
 def default_root(environ: Mapping[str, str]) -> Path:
-    """`ORCH_CACHE_DIR`, else the XDG cache folder's `orch/sources`."""
+    """`sources/` in orch's cache folder: `ORCH_CACHE_DIR` (which also holds the wheel cache, `wheels/`), else
+    the XDG cache folder's `orch/`."""
     if environ.get(CACHE_DIR_VAR):
-        return Path(environ[CACHE_DIR_VAR]).expanduser()
+        return Path(environ[CACHE_DIR_VAR]).expanduser() / "sources"
     base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
     return Path(base) / "orch" / "sources"
 

@@ -19,6 +19,7 @@ from orchestrator.model.host import AmdDriverFacts, AmdGpu, DockerGpuFacts, Host
 from orchestrator.pipeline.dry_run import rebuild_text
 from orchestrator.plan.build import default_tag
 from orchestrator.plan.program import BuildOptionsPlan
+from orchestrator.remote.cache import default_root
 from tests.paths import EXAMPLES, GOLDEN
 
 DOSSIERS = sorted(EXAMPLES.glob("*/dossier*.yaml"))
@@ -57,7 +58,13 @@ def dry_run_text(path: Path) -> str:
         variant=None,
     )
     options = BuildOptionsPlan(out=OUT, tag=default_tag(loaded))
-    aliases = {path.parent: "<dossier>", OUT: "<out>", OUT.with_name("orch-handover"): "<handover>"}
+    aliases = {
+        path.parent: "<dossier>",
+        OUT: "<out>",
+        OUT.with_name("orch-handover"): "<handover>",
+        # The host's cache of remote items (the user's home, by default): the same plan for every user.
+        default_root({}): "<sources cache>",
+    }
     return rebuild_text(loaded, options, code, HOST, {}, handover=OUT.with_name("orch-handover"), aliases=aliases)
 
 

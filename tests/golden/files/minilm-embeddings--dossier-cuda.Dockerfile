@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-cuda'.
-# Dossier identity: be8ef5ae377a6e04cf35908d1a3d99ed4b5b6442f49491772dc99c4fd03636ca
+# Dossier identity: 2dd89705037d47afb463b2730ac3926fd2fd7d5633014da87b94ba94be0299fa
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -47,7 +47,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="12.4" \
-      io.orch.dossier.identity="be8ef5ae377a6e04cf35908d1a3d99ed4b5b6442f49491772dc99c4fd03636ca" \
+      io.orch.dossier.identity="2dd89705037d47afb463b2730ac3926fd2fd7d5633014da87b94ba94be0299fa" \
       io.orch.dossier.name="minilm-embeddings-cuda" \
       io.orch.install.mode="online" \
       io.orch.installer="pip" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm', variant 'cpu'.
-# Dossier identity: e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc
+# Dossier identity: ef93327082fbca33a6e840aa8fd8830b84089335de1d034422464a26601a683c
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="e35ae51285c86d2052e3015e8f95d03c5ab96037f3ece6dd4162bf3eba8aa0bc" \
+      io.orch.dossier.identity="ef93327082fbca33a6e840aa8fd8830b84089335de1d034422464a26601a683c" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \

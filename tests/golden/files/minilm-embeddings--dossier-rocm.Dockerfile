@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings-rocm'.
-# Dossier identity: 9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43
+# Dossier identity: 4a565199e2108d1466f49acf8684b455ec356efe969b2d6cdc0e67a0d7f5be70
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -45,7 +45,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="6.2.4" \
-      io.orch.dossier.identity="9af35be6d8d4e2334283eb6759bed81a8523804a3ab1076ae4cc9a0ff6ca6a43" \
+      io.orch.dossier.identity="4a565199e2108d1466f49acf8684b455ec356efe969b2d6cdc0e67a0d7f5be70" \
       io.orch.dossier.name="minilm-embeddings-rocm" \
       io.orch.install.mode="online" \
       io.orch.installer="pip" \

@@ -1,5 +1,5 @@
 # Rendered by orch 0.1.0 from dossier 'minilm-embeddings'.
-# Dossier identity: 9f40df736ea177f8d85aa4bbde407616676a1093710122b38464e18ece6eecb9
+# Dossier identity: a357c070fe713ca5bb4c38e622a5f49f91f81754d86aabeb47585c02886eb5f4
 # Do not edit: change the dossier and run `orch render` again.
 # The base image is not pinned by a registry digest.
 
@@ -43,7 +43,7 @@ WORKDIR /opt/app
 USER 10001:10001
 
 LABEL io.orch.backend.version="none" \
-      io.orch.dossier.identity="9f40df736ea177f8d85aa4bbde407616676a1093710122b38464e18ece6eecb9" \
+      io.orch.dossier.identity="a357c070fe713ca5bb4c38e622a5f49f91f81754d86aabeb47585c02886eb5f4" \
       io.orch.dossier.name="minilm-embeddings" \
       io.orch.install.mode="wheelhouse" \
       io.orch.installer="uv" \
