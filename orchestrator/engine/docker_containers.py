@@ -101,10 +101,22 @@ _ARCHIVE_CHUNK = 2 * 1024 * 1024
 
 
 def _capped_logs(container: Any, limit: int, *, stdout: bool) -> CappedStream:
-    """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail)."""
+    """One of the container's streams, read in chunks and kept within `limit` bytes (head and tail).
+
+    `GET /containers/{id}/logs` through the SDK's transport, its response closed on every way out: the SDK's
+    `logs(stream=True)` leaves the streamed response open when the daemon answers an error (a sample's container
+    removed by `stop_alongside` while this thread reads it: 404), and its socket to the garbage collector.
+    orch's containers have no TTY, so the stream is the daemon's multiplexed one."""
+    api: Any = container.client.api
+    params = {"stdout": int(stdout), "stderr": int(not stdout), "follow": 0, "timestamps": 0, "tail": "all"}
+    response = api._get(api._url("/containers/{0}/logs", container.id), params=params, stream=True)
     kept = CappedStream(limit)
-    for chunk in container.logs(stdout=stdout, stderr=not stdout, stream=True, follow=False):
-        kept.feed(chunk)
+    try:
+        api._raise_for_status(response)
+        for chunk in api._get_result_tty(True, response, False):
+            kept.feed(chunk)
+    finally:
+        response.close()
     return kept
 
 
