@@ -135,8 +135,16 @@ class _RebuildView:
             on_line=self._progress.line,
             on_build_stage=self._progress.stage,
             on_built=self._built,
-            on_probe_stage=lambda stage: self._status.update(f"{self._name}: {stage}"),
+            on_probe_stage=self._probe_stage,
         )
+
+    def _probe_stage(self, stage: str) -> None:
+        # Step `fetch` (remote weights) comes before the build: the build's live view shows it.
+        status = getattr(self, "_status", None)
+        if status is None:
+            self._progress.stage(stage)
+        else:
+            status.update(f"{self._name}: {stage}")
 
     def _built(self, record: BuildRecord) -> None:
         from orchestrator.cli.summary import print_build_summary

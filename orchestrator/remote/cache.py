@@ -1,7 +1,7 @@
 """The content-addressed cache of remote items on the host: one folder, shared by builds, probes, nightly cells
 and `orch verify` (they find an item by its declared sha256, whoever fetched it).
 
-Layout under the root (`$ORCH_CACHE_DIR/sources`, else `$XDG_CACHE_HOME/orch/sources`, else
+Layout under the root (`ORCH_SOURCES_DIR`, else `$ORCH_CACHE_DIR/sources`, else `$XDG_CACHE_HOME/orch/sources`, else
 `~/.cache/orch/sources`: beside the wheel cache, `wheels/`):
 
 - `objects/<sha256>`: a fetched file, or a folder whose tree hash (dossier/paths.py: each regular file's
@@ -35,6 +35,7 @@ from orchestrator.dossier.sources import cached_object
 from orchestrator.errors import BadInput
 
 CACHE_DIR_VAR = "ORCH_CACHE_DIR"
+SOURCES_DIR_VAR = "ORCH_SOURCES_DIR"
 CACHE_MAX_VAR = "ORCH_CACHE_MAX"
 DEFAULT_MAX_BYTES = 100 << 30
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -42,8 +43,11 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 
 
 def default_root(environ: Mapping[str, str]) -> Path:
-    """`sources/` in orch's cache folder: `ORCH_CACHE_DIR` (which also holds the wheel cache, `wheels/`), else
-    the XDG cache folder's `orch/`."""
+    """`ORCH_SOURCES_DIR` when set (the sources cache alone elsewhere, e.g. on a larger disk); else `sources/` in
+    orch's cache folder: `ORCH_CACHE_DIR` (which also holds the wheel cache, `wheels/`), else the XDG cache
+    folder's `orch/`."""
+    if environ.get(SOURCES_DIR_VAR):
+        return Path(environ[SOURCES_DIR_VAR]).expanduser()
     if environ.get(CACHE_DIR_VAR):
         return Path(environ[CACHE_DIR_VAR]).expanduser() / "sources"
     base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")

@@ -23,7 +23,7 @@ from orchestrator.remote.fetch import Fetched, ensure_item, remote_items, seed_i
 
 REMOTE_FOLDER = "remote"
 #: orch's cache of remote items as a shell expression (remote/cache.py `default_root`).
-CACHE_IN_SHELL = "${ORCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/orch}/sources"
+CACHE_IN_SHELL = "${ORCH_SOURCES_DIR:-${ORCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/orch}/sources}"
 
 
 def _size(path: Path) -> int:

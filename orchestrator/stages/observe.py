@@ -6,6 +6,7 @@ Live: from the engine and this host. Nothing here changes anything: an absent ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -70,7 +71,9 @@ def observe_host(
         host=host,
         selection=selection,
         engine_labels=dict(engine.settings.labels),
-        sources_cache=default_root(environ),
+        # The cache is this process's setting (ORCH_SOURCES_DIR, ORCH_CACHE_DIR), like the credentials the fetch
+        # reads: `environ` here is the scheduler's view of the GPUs, which callers may narrow.
+        sources_cache=default_root(os.environ),
     )
 
 
