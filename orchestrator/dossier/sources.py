@@ -19,6 +19,7 @@ on every fetch and every use.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,6 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _HF_REPO = re.compile(r"^(?:(datasets|spaces)/)?([A-Za-z0-9][\w.-]*/[\w.-]+|[\w.-]+)$")
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-#: Hosts a client may reach over plain HTTP (a registry on the loopback, as Docker allows without config).
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,15 @@ class Source:
 
     @property
     def loopback(self) -> bool:
-        host = self.location.rsplit(":", 1)[0] if self.scheme == "oci" else ""
-        return host.strip("[]") in LOOPBACK_HOSTS or host.startswith("127.")
+        """An OCI registry on this machine's loopback (localhost, 127.0.0.0/8, ::1): reached over plain HTTP."""
+        if self.scheme != "oci":
+            return False
+        host = self.location.rsplit(":", 1)[0] if not self.location.endswith("]") else self.location
+        host = host.strip("[]")
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return host == "localhost"
 
 
 class SourceError(ValueError):
@@ -106,6 +112,10 @@ def _s3(uri: str, rest: str) -> Source:
 
 def _hf(uri: str, rest: str) -> Source:
     repo, at, after = rest.partition("@")
+    if not at:
+        # No revision at all: the repository is the first two components (three for datasets/ and spaces/).
+        parts = rest.split("/")
+        repo = "/".join(parts[: 3 if parts[0] in ("datasets", "spaces") else 2])
     match = _HF_REPO.match(repo)
     if not match:
         raise SourceError(f"{uri!r}: write hf://<owner>/<repo>@<commit>/<path> (hf://datasets/… for a dataset)")

@@ -11,6 +11,7 @@ import io
 import os
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -76,8 +77,28 @@ def test_containers_are_created_in_one_place() -> None:
     assert found == ["docker_containers.py"]
 
 
+class _Response:
+    def close(self) -> None: ...
+
+
+class _Api:
+    """The SDK's low-level calls the adapter reads a container's logs with (its response closed on every path)."""
+
+    def _url(self, path: str, *args: str) -> str:
+        return path.format(*args)
+
+    def _get(self, url: str, **kwargs: Any) -> _Response:
+        return _Response()
+
+    def _raise_for_status(self, response: _Response) -> None: ...
+
+    def _get_result_tty(self, stream: bool, response: _Response, is_tty: bool) -> Any:
+        return iter([b"ok\n"])
+
+
 class _Container:
     id = "c0ffee"
+    client = SimpleNamespace(api=_Api())
     status = "running"
     attrs: dict[str, Any] = {"State": {"OOMKilled": False}}  # noqa: RUF012
 
