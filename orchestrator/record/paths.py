@@ -9,6 +9,7 @@ argument: a draft never carries a placeholder or a host path in a field that run
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -82,3 +83,24 @@ def refuse_host_paths(command: list[str], request: RecordRequest) -> None:
                 "see; give it to orch record with --data (an input file or folder) or --weights (a model file or "
                 f"folder), or put it inside --code {request.code}"
             )
+
+
+_HUB_REPO = re.compile(r"^(models|datasets|spaces)--(.+)$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def hub_origin(path: Path) -> str | None:
+    """The `hf://` source of a `--weights` path inside a Hugging Face hub cache, pinned to the snapshot's commit.
+
+    huggingface_hub keeps each repository as `<cache>/hub/models--<owner>--<name>/snapshots/<commit>/<files>` (the
+    folder names its repository, the snapshot its commit), so the path says where the files came from, at which
+    commit, without asking the hub. None for any other path. The path is read as given (not resolved): the
+    snapshot's files are links into `blobs/`, whose names say nothing."""
+    parts = path.absolute().parts
+    for index in range(len(parts) - 2):
+        repo = _HUB_REPO.match(parts[index])
+        if repo and parts[index + 1] == "snapshots" and _COMMIT.match(parts[index + 2]):
+            kind = {"models": "", "datasets": "datasets/", "spaces": "spaces/"}[repo.group(1)]
+            inner = "/".join(parts[index + 3 :])
+            return f"hf://{kind}{repo.group(2).replace('--', '/', 1)}@{parts[index + 2]}/{inner}{'/' if path.is_dir() else ''}"
+    return None

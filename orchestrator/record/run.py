@@ -35,7 +35,7 @@ from orchestrator.record.observe import (
     withheld_numerics,
 )
 from orchestrator.record.outputs import ObservedOutput, measure_spread, merge_spread, observed_outputs
-from orchestrator.record.paths import distribution_owning, refuse_host_paths
+from orchestrator.record.paths import distribution_owning, hub_origin, refuse_host_paths
 from orchestrator.record.redaction import Redaction, Redactor
 from orchestrator.record.requirements import top_level_requirements
 
@@ -238,12 +238,22 @@ def record_reference(request: RecordRequest) -> RecordResult:
             target = staging / "weights" / path.name
             _copy_item(path, target)
             relative = target.relative_to(staging).as_posix()
+            hub = hub_origin(path)
+            if hub is not None:
+                # From a Hugging Face hub cache: where they came from is in the path, pinned to its commit.
+                provenance = f"Hugging Face hub {hub}, read from a local hub cache"
+                notes.append(
+                    f"--weights {path.name}: from the Hugging Face hub cache; copied into weights/ — to fetch them "
+                    f"from the hub instead, replace 'path' with uri: {hub} (docs/remote-sources.md)"
+                )
+            else:
+                provenance = "TO CONFIRM: who made these weights, from what, when (a URI, a run id)"
             weights.append(
                 {
                     "name": name,
                     "path": relative,
                     "sha256": path_sha256(staging, relative, Where("record")),
-                    "provenance": "TO CONFIRM: who made these weights, from what, when (a URI, a run id)",
+                    "provenance": provenance,
                 }
             )
             mapped += _both(path, f"/orch/weights/{name}")

@@ -225,3 +225,22 @@ def _request(tmp: Path, uri: str, access: str | None = None, credential: str | N
         staging=tmp / "staging",
         on_bytes=lambda done, total: None,
     )
+
+
+def test_record_tells_a_hub_cache_snapshot_by_its_folder_names_pinned_to_the_commit(tmp_path: Path) -> None:
+    from orchestrator.record.paths import hub_origin
+
+    snapshot = tmp_path / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2" / "snapshots" / COMMIT
+    (snapshot / "1_Pooling").mkdir(parents=True)
+    (snapshot / "model.safetensors").write_bytes(b"w")
+    assert hub_origin(snapshot / "model.safetensors") == (
+        f"hf://sentence-transformers/all-MiniLM-L6-v2@{COMMIT}/model.safetensors"
+    )
+    assert hub_origin(snapshot / "1_Pooling") == f"hf://sentence-transformers/all-MiniLM-L6-v2@{COMMIT}/1_Pooling/"
+    dataset = tmp_path / "hub" / "datasets--org--corpus" / "snapshots" / COMMIT / "train.jsonl"
+    assert hub_origin(dataset) == f"hf://datasets/org/corpus@{COMMIT}/train.jsonl"
+    # What it says parses as a pinned source; a path outside a hub cache is not guessed at.
+    origin = hub_origin(snapshot / "model.safetensors")
+    assert origin is not None and parse_source(origin).pin == COMMIT
+    assert hub_origin(tmp_path / "weights" / "model.safetensors") is None
+    assert hub_origin(tmp_path / "hub" / "models--a--b" / "snapshots" / "main" / "w.bin") is None
