@@ -129,6 +129,21 @@ def test_minilm_with_weights_from_an_oci_artifact_passes_and_its_hand_over_verif
     dossier = _example_copy(tmp_path, "oci", "oci://127.0.0.1:5055/", f"oci://{registry.address}/")
     auth = f"{registry.user}:{registry.password}"
     _rebuild_and_verify(tmp_path, dossier, {OCI_VAR: auth}, [registry.password])
+    # --include-remote: the weights travel in the folder, and a verifier without the credential (or the network to
+    # the registry) replays it from that copy, checked against the tree hash first.
+    folder = tmp_path / "handover-with-weights"
+    made = orch(
+        "handover", str(dossier), "--from", str(tmp_path / "rebuild"), "--out", str(folder), "--include-remote",
+        env={OCI_VAR: auth, "ORCH_SOURCES_DIR": str(tmp_path / "sources-maker")},
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    [item] = json.loads((folder / "manifest.json").read_text())["remote"]
+    assert item["included"] == f"remote/{WEIGHTS_TREE}"
+    assert content_sha256(folder / "remote" / WEIGHTS_TREE) == WEIGHTS_TREE
+    offline = {"ORCH_SOURCES_DIR": str(tmp_path / "sources-offline"), OCI_VAR: ""}
+    verified = orch("verify", str(folder), "--out", str(tmp_path / "verify-included"), env=offline)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    _files_hold_none(folder, [registry.password])
 
 
 def test_minilm_with_weights_from_s3_passes_and_its_hand_over_verifies_on_an_empty_cache(
