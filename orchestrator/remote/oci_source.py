@@ -118,7 +118,14 @@ def _titles(request: FetchRequest, layers: list[dict[str, Any]]) -> list[PurePos
     for layer in layers:
         title = str((layer.get("annotations") or {}).get(TITLE, ""))
         relative = PurePosixPath(title)
-        if not title or relative.is_absolute() or ".." in relative.parts or "\0" in title or relative in titles:
+        if (
+            not title
+            or not relative.parts  # "." names the folder itself
+            or relative.is_absolute()
+            or ".." in relative.parts
+            or "\0" in title
+            or relative in titles
+        ):
             raise fetch_failed(request, f"layer {layer.get('digest')} has no usable title ({title!r}) for a file name")
         titles.append(relative)
     return titles

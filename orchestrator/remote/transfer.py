@@ -80,13 +80,18 @@ class Resumable:
         self._validator.write_text(validator or "")
 
     def append(self, chunks: Iterable[bytes], total: int | None, on_bytes: OnBytes) -> None:
+        """Append what arrives; never past `total` when the source announced one (a source that sends more than
+        it said does not fill the disk: the fingerprint check then decides)."""
         done = self.offset
         with self.data.open("ab") as out:
-            for chunk in chunks:
+            for received in chunks:
+                chunk = received if total is None else received[: max(total - done, 0)]
                 if chunk:
                     out.write(chunk)
                     done += len(chunk)
                     on_bytes(done, total)
+                if total is not None and done >= total:
+                    break
 
     def forget(self) -> None:
         self.data.unlink(missing_ok=True)

@@ -152,7 +152,7 @@ def test_oci_layer_titles_become_paths_inside_the_item_or_are_refused(tmp_path: 
     request = _request(tmp_path, f"oci://127.0.0.1:5055/a/b@{DIGEST}")
     layers = [{"digest": "d1", "annotations": {"org.opencontainers.image.title": "1_Pooling/config.json"}}]
     assert [str(p) for p in _titles(request, layers)] == ["1_Pooling/config.json"]
-    for title in ("../escape", "/etc/passwd", ""):
+    for title in ("../escape", "/etc/passwd", "", ".", "a/../../b"):
         with pytest.raises(SourceUnreachable, match="no usable title"):
             _titles(request, [{"digest": "d", "annotations": {"org.opencontainers.image.title": title}}])
     twice = [{"digest": "d", "annotations": {"org.opencontainers.image.title": "a"}}] * 2
@@ -177,6 +177,9 @@ def test_a_resumable_download_restarts_when_the_source_changed_its_validator(tmp
     assert (part.offset, part.validator) == (6, '"etag-1"')
     part.restart('"etag-2"')
     assert part.offset == 0 and part.validator is None  # nothing to resume from until bytes arrive
+    # A source that sends more than it announced stops at the announced size.
+    part.append(iter([b"12345", b"67890", b"never read"]), 7, lambda done, total: None)
+    assert part.data.read_bytes() == b"1234567"
 
 
 def test_a_copy_at_hand_seeds_the_cache_only_when_it_is_the_declared_bytes(tmp_path: Path) -> None:
