@@ -103,7 +103,7 @@ class FailureCodeRow(_Row):
 
 class FailureRow(_Row):
     id: str
-    layer: Literal["host", "device", "sample"]
+    layer: Literal["host", "image", "device", "sample"]
     #: Where the cause shows: a container's start (the daemon / runtime), a probe in the image, a captured command.
     appears_in: tuple[Literal["container-start", "probe", "captured-command"], ...] = Field(min_length=1)
     #: The vendor errors that identify the cause across tools and wordings.

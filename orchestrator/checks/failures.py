@@ -19,7 +19,7 @@ from typing import Literal
 
 from orchestrator.vendor import FailureCodeRow, failure_rows
 
-Layer = Literal["host", "device", "sample"]
+Layer = Literal["host", "image", "device", "sample"]
 #: Where a failure was seen, and so the layer an unexplained one is named by.
 Seen = Literal["container-start", "probe", "captured-command"]
 SEEN_LAYER: dict[Seen, Layer] = {"container-start": "host", "probe": "device", "captured-command": "host"}

@@ -382,6 +382,6 @@ def test_an_extension_kernel_failing_for_a_gpu_stack_reason_is_explained_by_the_
     (line,) = extension_check_lines(build, found, None, {"gate_ext": ["sm_80"]})
     assert line.detail is not None and line.detail.startswith("built for sm_80, this GPU is sm_90, no PTX; ")
     assert (
-        "[device] The framework build (torch, OpenCV, ggml, …) has no kernels (SASS) for this GPU's compute capability"
+        "[image] The framework build (torch, OpenCV, ggml, …) has no kernels (SASS) for this GPU's compute capability"
         in line.detail
     )

@@ -17,7 +17,7 @@ def test_every_cause_has_a_layer_a_next_step_and_a_cited_real_message_it_matches
     ids = [cause.id for cause in catalogue()]
     assert len(ids) == len(set(ids)) >= 15
     for cause in catalogue():
-        assert cause.layer in ("host", "device", "sample")
+        assert cause.layer in ("host", "image", "device", "sample")
         assert cause.cause.endswith(".") and cause.next_step
         assert cause.examples
         for example in cause.examples:
@@ -29,7 +29,7 @@ def test_every_cause_has_a_layer_a_next_step_and_a_cited_real_message_it_matches
 def test_driver_too_old_reads_the_drivers_cuda_version() -> None:
     found = explain_first("The NVIDIA driver on your system is too old (found version 11040).")
     assert found is not None and found.detail == "found version 11040 = CUDA 11.4"
-    assert found.sentence().startswith("[device] torch was built for a newer CUDA")
+    assert found.sentence().startswith("[host] torch was built for a newer CUDA")
 
 
 def test_a_wrapped_message_is_still_recognised() -> None:
