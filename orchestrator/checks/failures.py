@@ -48,6 +48,14 @@ class FailureCause:
     examples: tuple[Example, ...]
     #: The vendor codes' names ("cudaErrorInsufficientDriver = 35"), for the docs.
     codes: tuple[str, ...] = ()
+    #: A mismatch between two layers (a driver older than the image's CUDA) may be fixed on either side: the
+    #: other one, or None.
+    other_layer: Layer | None = None
+
+    @property
+    def layers(self) -> str:
+        """The layer, or both layers of a mismatch ("host or image")."""
+        return f"{self.layer} or {self.other_layer}" if self.other_layer else self.layer
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Explanation:
 
     def sentence(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""
-        return f"[{self.cause.layer}] {self.cause.cause}{detail} Next: {self.cause.next_step}"
+        return f"[{self.cause.layers}] {self.cause.cause}{detail} Next: {self.cause.next_step}"
 
 
 # The vendor's word printed before an error number, per numbered kind: "CUDA error 35", "cuda runtime error (35)",
@@ -126,6 +134,7 @@ def catalogue() -> tuple[FailureCause, ...]:
             vendor_sources=entry.vendor_sources,
             examples=tuple(Example(example.message, example.source) for example in entry.examples),
             codes=tuple(_code_label(code) for code in entry.codes),
+            other_layer=entry.other_layer,
         )
         for entry in failure_rows()
     )
@@ -190,7 +199,7 @@ def explain_failure(seen: Seen, text: str) -> tuple[str, str]:
         entry = unexplained(seen, text)
         return f"{entry['cause']} It said: {entry['message']}", entry["next_step"]
     detail = f" ({first.detail})" if first.detail else ""
-    return f"[{first.cause.layer}] {first.cause.cause}{detail}", first.cause.next_step
+    return f"[{first.cause.layers}] {first.cause.cause}{detail}", first.cause.next_step
 
 
 def troubleshooting_section() -> str:
@@ -201,7 +210,7 @@ def troubleshooting_section() -> str:
     ]
     for cause in catalogue():
         lines += [
-            f"### `{cause.id}` ({cause.layer})",
+            f"### `{cause.id}` ({cause.layers})",
             "",
             f"**Cause.** {cause.cause}",
             "",
@@ -233,14 +242,15 @@ def explanations_for_report(sources: dict[str, str | None]) -> list[dict[str, st
             if explanation.cause.id in seen:
                 continue
             seen.add(explanation.cause.id)
-            found.append(
-                {
-                    "id": explanation.cause.id,
-                    "layer": explanation.cause.layer,
-                    "seen_in": where,
-                    "message": explanation.excerpt,
-                    "cause": explanation.cause.cause + (f" ({explanation.detail})" if explanation.detail else ""),
-                    "next_step": explanation.cause.next_step,
-                }
-            )
+            entry = {
+                "id": explanation.cause.id,
+                "layer": explanation.cause.layer,
+                "seen_in": where,
+                "message": explanation.excerpt,
+                "cause": explanation.cause.cause + (f" ({explanation.detail})" if explanation.detail else ""),
+                "next_step": explanation.cause.next_step,
+            }
+            if explanation.cause.other_layer:
+                entry["other_layer"] = explanation.cause.other_layer
+            found.append(entry)
     return found

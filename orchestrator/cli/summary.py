@@ -113,7 +113,9 @@ def print_doctor(console: Console, diagnosis: Diagnosis) -> None:
     if host.l4t_release:
         console.print(f"jetson   L4T {escape(host.l4t_release)}")
     for found in diagnosis.explanations:
-        console.print(f"[yellow]![/] {escape(found['seen_in'])}: [{escape(found['layer'])}] {escape(found['cause'])}")
+        # The layer's brackets are escaped too: rich would read "[host]" as a style tag and print nothing.
+        layers = found["layer"] + (f" or {found['other_layer']}" if found.get("other_layer") else "")
+        console.print(f"[yellow]![/] {escape(found['seen_in'])}: {escape(f'[{layers}]')} {escape(found['cause'])}")
         console.print(f"  next: {escape(found['next_step'])}")
     if diagnosis.dossier:
         mark = "[green]✓ yes[/]" if diagnosis.can_run else "[red]✗ no[/]"

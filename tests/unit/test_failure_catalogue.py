@@ -29,7 +29,7 @@ def test_every_cause_has_a_layer_a_next_step_and_a_cited_real_message_it_matches
 def test_driver_too_old_reads_the_drivers_cuda_version() -> None:
     found = explain_first("The NVIDIA driver on your system is too old (found version 11040).")
     assert found is not None and found.detail == "found version 11040 = CUDA 11.4"
-    assert found.sentence().startswith("[host] torch was built for a newer CUDA")
+    assert found.sentence().startswith("[host or image] torch was built for a newer CUDA")
 
 
 def test_a_wrapped_message_is_still_recognised() -> None:
@@ -119,3 +119,40 @@ def test_every_entry_cites_where_its_codes_are_defined() -> None:
     for cause in catalogue():
         assert cause.vendor_sources and all(source.startswith("https://") for source in cause.vendor_sources)
         assert cause.appears_in
+
+
+def test_a_mismatch_between_two_layers_names_both_and_one_layer_causes_name_one() -> None:
+    """A driver older than the image's CUDA is fixed on the host (a newer driver) or in the image (an older CUDA):
+    the message cannot tell which side moved, so the report carries both. A cause in one layer carries one."""
+    from orchestrator.checks.failures import explanations_for_report
+
+    mismatch, no_device = explanations_for_report(
+        {
+            "probe stderr": "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
+            "probe warnings": "RuntimeError: No CUDA GPUs are available",
+        }
+    )
+    assert (mismatch["id"], mismatch["layer"], mismatch["other_layer"]) == ("cuda-insufficient-driver", "host", "image")
+    assert (no_device["id"], no_device["layer"]) == ("cuda-no-device", "device") and "other_layer" not in no_device
+    assert {cause.other_layer for cause in catalogue()} <= {None, "host", "image", "device"}
+    assert all(cause.other_layer != cause.layer for cause in catalogue())
+
+
+def test_doctor_prints_each_explanations_layer_in_brackets() -> None:
+    """rich reads "[host]" as a style tag and prints nothing: the layer must reach the terminal escaped."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.checks.failures import explanations_for_report
+    from orchestrator.cli.summary import print_doctor
+    from orchestrator.model.host import HostFacts
+    from orchestrator.pipeline.doctor import Diagnosis
+
+    found = explanations_for_report(
+        {"command nvidia-smi": "The NVIDIA driver on your system is too old (found version 11040)."}
+    )
+    buffer = io.StringIO()
+    host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None)
+    print_doctor(Console(file=buffer, width=400), Diagnosis(host=host, explanations=found))
+    assert "command nvidia-smi: [host or image] torch was built for a newer CUDA" in buffer.getvalue()

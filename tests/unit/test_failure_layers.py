@@ -86,7 +86,7 @@ def test_each_cause_is_explained_where_it_appears(cause: FailureCause, seen: See
     message = _message(cause, seen)
     if seen == "container-start":
         error = start_failure("orch/app:1", message)
-        assert f"[{cause.layer}] {cause.cause}" in error.message, error.message
+        assert f"[{cause.layers}] {cause.cause}" in error.message, error.message
         assert error.hint == f"next: {cause.next_step}"
     elif seen == "probe":
         assert _probe(message)[0]["id"] == cause.id
