@@ -126,14 +126,15 @@ def test_a_mismatch_between_two_layers_names_both_and_one_layer_causes_name_one(
     the message cannot tell which side moved, so the report carries both. A cause in one layer carries one."""
     from orchestrator.checks.failures import explanations_for_report
 
-    mismatch, no_device = explanations_for_report(
+    mismatch, one_layer = explanations_for_report(
         {
             "probe stderr": "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
-            "probe warnings": "RuntimeError: No CUDA GPUs are available",
+            "probe warnings": "RuntimeError: CUDA error: invalid device ordinal",
         }
     )
     assert (mismatch["id"], mismatch["layer"], mismatch["other_layer"]) == ("cuda-insufficient-driver", "host", "image")
-    assert (no_device["id"], no_device["layer"]) == ("cuda-no-device", "device") and "other_layer" not in no_device
+    assert (one_layer["id"], one_layer["layer"]) == ("invalid-device-ordinal", "device")
+    assert "other_layer" not in one_layer
     assert {cause.other_layer for cause in catalogue()} <= {None, "host", "image", "device"}
     assert all(cause.other_layer != cause.layer for cause in catalogue())
 
