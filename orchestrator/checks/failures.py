@@ -102,7 +102,8 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
         number = rf"\(?{code.number}\)?(?!\d|\.\d)"
         # Up to 16 non-digits between the word and the number: ": ", " (", "=", ": error code ", ": [".
         found.append(re.compile(rf"{_NUMBER_CONTEXT[code.kind]}[^\n\d]{{0,16}}?{number}", re.IGNORECASE))
-        found.append(re.compile(rf"{_RETURNED[code.kind]}\s+returned\s+{number}", re.IGNORECASE))
+        # "cudaGetDeviceCount returned 35", and with the call's arguments: "cuInit(0) returned 804".
+        found.append(re.compile(rf"{_RETURNED[code.kind]}(?:\([^)\n]*\))?\s+returned\s+{number}", re.IGNORECASE))
         # The number as a call's result: "Return value 46 from 'cudaStreamCreate(…)'", "cudaMalloc() failed with
         # error #2", "cuda driver library init failure: 3".
         found.append(
