@@ -110,6 +110,12 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
             re.compile(rf"\breturn(?:ed)?\s+(?:value|code)\s+{number}\s+from\s+'?{_RETURNED[code.kind]}", re.IGNORECASE)
         )
         found.append(re.compile(rf"{_RETURNED[code.kind]}\(\)\s+failed with error\s+#?{number}", re.IGNORECASE))
+        if code.kind == "cudaError_t":
+            # A runtime call or the runtime itself named with its result: "cudaSetDevice err: 999", "cudart init
+            # failure: 999" (ollama).
+            found.append(
+                re.compile(rf"\bcuda(?:rt|[A-Z]\w*)(?:\s+init)?\s+(?:err(?:or)?|failure)\b[^\n\d]{{0,16}}?{number}")
+            )
         if code.kind == "CUresult":
             # A driver call named with its result: "failed call to cuInit: UNKNOWN ERROR (34)".
             found.append(re.compile(rf"\bcu[A-Z]\w*\b[^\n\d]{{0,40}}?{number}"))
