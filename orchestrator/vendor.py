@@ -104,8 +104,9 @@ class FailureCodeRow(_Row):
 class FailureRow(_Row):
     id: str
     layer: Literal["host", "image", "device", "sample"]
-    #: For a version mismatch between two layers (a host driver older than the image's CUDA), the other layer
-    #: the same message may be fixed in: the message cannot tell which side moved, so orch names both.
+    #: For a version mismatch between two layers (a host driver older than the image's CUDA), or a symptom whose
+    #: cause lies in one of two, the other layer the same message may be fixed in: the message cannot tell them
+    #: apart, so orch names both.
     other_layer: Literal["host", "image", "device"] | None = None
     #: Where the cause shows: a container's start (the daemon / runtime), a probe in the image, a captured command.
     appears_in: tuple[Literal["container-start", "probe", "captured-command"], ...] = Field(min_length=1)

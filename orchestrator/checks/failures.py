@@ -48,13 +48,14 @@ class FailureCause:
     examples: tuple[Example, ...]
     #: The vendor codes' names ("cudaErrorInsufficientDriver = 35"), for the docs.
     codes: tuple[str, ...] = ()
-    #: A mismatch between two layers (a driver older than the image's CUDA) may be fixed on either side: the
+    #: A mismatch between two layers (a driver older than the image's CUDA), or a symptom whose cause lies in one of
+    #: two ("no CUDA-capable device": nothing mapped, or the driver not working), may be fixed on either side: the
     #: other one, or None.
     other_layer: Layer | None = None
 
     @property
     def layers(self) -> str:
-        """The layer, or both layers of a mismatch ("host or image")."""
+        """The layer, or both layers of a two-sided cause ("host or image")."""
         return f"{self.layer} or {self.other_layer}" if self.other_layer else self.layer
 
 
