@@ -135,6 +135,7 @@ def test_a_mismatch_between_two_layers_names_both_and_one_layer_causes_name_one(
     assert (mismatch["id"], mismatch["layer"], mismatch["other_layer"]) == ("cuda-insufficient-driver", "host", "image")
     assert (one_layer["id"], one_layer["layer"]) == ("invalid-device-ordinal", "device")
     assert "other_layer" not in one_layer
+    assert {cause.other_layer for cause in catalogue()} <= {None, "host", "image", "device"}
     assert all(cause.other_layer != cause.layer for cause in catalogue())
 
 
