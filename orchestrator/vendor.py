@@ -86,8 +86,20 @@ class FailureExampleRow(_Row):
 
 
 #: The error vocabularies a cause is keyed on: the CUDA runtime's and driver's, HIP's, NVML's and HSA's numbered
-#: errors, and the start errors of the NVIDIA container toolkit, CDI and the Docker daemon (strings in their sources).
-FailureCodeKind = Literal["cudaError_t", "CUresult", "hipError_t", "nvmlReturn_t", "hsa_status_t", "start-error"]
+#: errors, the CUDA libraries' status names (NVRTC, cuDNN, cuBLAS: matched by name only, their numbers are too
+#: small to tell apart in text), and the start errors of the NVIDIA container toolkit, CDI and the Docker daemon
+#: (strings in their sources).
+FailureCodeKind = Literal[
+    "cudaError_t",
+    "CUresult",
+    "hipError_t",
+    "nvmlReturn_t",
+    "hsa_status_t",
+    "nvrtcResult",
+    "cudnnStatus_t",
+    "cublasStatus_t",
+    "start-error",
+]
 
 
 class FailureCodeRow(_Row):
