@@ -120,6 +120,12 @@ def code_patterns(code: FailureCodeRow) -> list[re.Pattern[str]]:
         if code.kind == "CUresult":
             # A driver call named with its result: "failed call to cuInit: UNKNOWN ERROR (34)".
             found.append(re.compile(rf"\bcu[A-Z]\w*\b[^\n\d]{{0,40}}?{number}"))
+        if code.kind in ("cudaError_t", "CUresult"):
+            # A check of a call against success, as TensorFlow and glog print it: "Check failed: CUDA_SUCCESS ==
+            # dynload::cuCtxSetCurrent(context) (0 vs. 216)", "cudaSuccess (0 vs. 35)".
+            success = "CUDA_SUCCESS" if code.kind == "CUresult" else "cudaSuccess"
+            plain = rf"{code.number}(?!\d)"
+            found.append(re.compile(rf"\b{success}\b[^\n]{{0,80}}?\((?:0 vs\.\s*{plain}|{plain} vs\.\s*0)\)"))
     return found
 
 
