@@ -104,6 +104,17 @@ def test_a_code_is_recognised_by_name_by_string_and_by_number_next_to_the_vendor
     assert explain("processed 35 files; line 35 of CUDA error.log") == []
 
 
+def test_a_check_against_success_is_read_as_the_code_it_got() -> None:
+    # TensorFlow's and glog's CHECK lines put the result after the call: "(0 vs. 216)", or first: "(35 vs. 0)".
+    driver = explain_first("Check failed: CUDA_SUCCESS == dynload::cuCtxSetCurrent(context) (0 vs. 216)")
+    assert driver is not None and driver.cause.id == "cuda-devices-unavailable"
+    runtime = explain_first("Check failed: cudaSuccess == cudaGetDeviceCount(&n) (35 vs. 0)")
+    assert runtime is not None and runtime.cause.id == "cuda-insufficient-driver"
+    # Another number that merely starts with a code's digits, or success against success, is no code.
+    assert explain("Check failed: CUDA_SUCCESS == cuMemAlloc(&p, n) (0 vs. 2160)") == []
+    assert explain("Check failed: CUDA_SUCCESS == cuInit(0) (0 vs. 0)") == []
+
+
 def test_dockers_old_unquoted_no_driver_wording_is_the_same_cause() -> None:
     # https://github.com/NVIDIA/nvidia-docker/issues/1642 (the empty driver name printed without its quotes)
     found = explain_first(
