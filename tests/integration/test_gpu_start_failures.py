@@ -34,7 +34,7 @@ def test_a_gpu_request_without_the_toolkit_names_the_missing_gpu_driver(
 ) -> None:
     error = _start_error(refusing, RunSpec(image=base_image.ref, command=["true"], nvidia_gpus=True))
     assert 'could not select device driver "" with capabilities: [[gpu]]' in error.raw
-    assert "[host] Docker has no GPU device driver" in error.message
+    assert "[host or device] Docker has no GPU device driver" in error.message
     assert error.hint is not None and "nvidia-ctk runtime configure" in error.hint
 
 
