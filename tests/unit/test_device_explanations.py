@@ -48,7 +48,10 @@ def test_a_probe_that_died_is_explained_from_its_stderr() -> None:
     stderr = "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n"
     result = _stage(_Runs("", stderr=stderr, exit_code=134))
     assert result.status == "failed" and result.first_error is not None
-    assert "Known cause: The ROCm build has no code object for the gfx target of a GPU it was given" in result.first_error.message
+    assert (
+        "Known cause: The ROCm build has no code object for the gfx target of a GPU it was given"
+        in result.first_error.message
+    )
     assert result.model_dump(mode="json")["facts"]["explanations"][0]["id"] == "hip-no-binary-for-gpu"
 
 
