@@ -126,6 +126,10 @@ class FailureRow(_Row):
     codes: tuple[FailureCodeRow, ...] = ()
     #: Further wordings (Python regular expressions), for causes a tool reports in its own words.
     patterns: tuple[str, ...] = ()
+    #: Wordings of the cause's idea rather than of one tool ("cuDNN … version … but …", "dkms … failed"), for
+    #: messages in words nobody has collected yet. Tried only when no entry's codes or patterns match the text, so
+    #: a known wording is always explained by its own entry and a broad one never adds a second cause to it.
+    broad_patterns: tuple[str, ...] = ()
     cause: str
     next_step: str
     #: Where the codes are defined: the vendor's error list or source file.

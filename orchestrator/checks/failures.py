@@ -13,6 +13,7 @@ text and the next diagnostic step, never with a guessed cause. Pure: the matcher
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -52,6 +53,8 @@ class FailureCause:
     #: two ("no CUDA-capable device": nothing mapped, or the driver not working), may be fixed on either side: the
     #: other one, or None.
     other_layer: Layer | None = None
+    #: The cause's idea in broad words, tried only when nothing in the catalogue matched (see `explain`).
+    broad_patterns: tuple[re.Pattern[str], ...] = ()
 
     @property
     def layers(self) -> str:
@@ -149,22 +152,32 @@ def catalogue() -> tuple[FailureCause, ...]:
             examples=tuple(Example(example.message, example.source) for example in entry.examples),
             codes=tuple(_code_label(code) for code in entry.codes),
             other_layer=entry.other_layer,
+            broad_patterns=tuple(re.compile(pattern) for pattern in entry.broad_patterns),
         )
         for entry in failure_rows()
     )
 
 
 def explain(text: str) -> list[Explanation]:
-    """Every catalogued cause the text shows, in catalogue order (each cause once)."""
+    """Every catalogued cause the text shows, in catalogue order (each cause once). Only when no cause's codes or
+    patterns match are the broad patterns tried: a wording no one collected yet still gets its cause, and a known
+    wording is never given a second, vaguer one."""
     # Messages arrive wrapped by terminals and log collectors ("unsatisfied condi\ntion"), or with their
     # lines re-indented: try the text as given, then unwrapped, then with runs of whitespace collapsed.
     collapsed = " ".join(text.split())
     # Some front ends print a space before each colon ("capabilities : [[gpu]]"): read that form too.
     # A message copied out of JSON (a daemon's or a pod's log) carries its quotes escaped: read it unescaped too.
     variants = (text, text.replace("\n", ""), collapsed, re.sub(r"\s+:", ":", collapsed), collapsed.replace('\\"', '"'))
+    found = _matching(variants, lambda cause: cause.patterns)
+    return found or _matching(variants, lambda cause: cause.broad_patterns)
+
+
+def _matching(
+    variants: tuple[str, ...], patterns_of: Callable[[FailureCause], tuple[re.Pattern[str], ...]]
+) -> list[Explanation]:
     found: list[Explanation] = []
     for cause in catalogue():
-        match = next((m for variant in variants for p in cause.patterns if (m := p.search(variant))), None)
+        match = next((m for variant in variants for p in patterns_of(cause) if (m := p.search(variant))), None)
         if match is not None:
             found.append(Explanation(cause, match.group(0), _detail(cause.id, match)))
     return found
@@ -235,6 +248,9 @@ def troubleshooting_section() -> str:
         ]
         if cause.codes:
             lines += [f"**Keyed on.** {', '.join(f'`{code}`' for code in cause.codes)}.", ""]
+        if cause.broad_patterns:
+            broad = ", ".join(f"`{pattern.pattern}`" for pattern in cause.broad_patterns)
+            lines += [f"**Also read, when nothing narrower matches.** {broad}", ""]
         lines += [f"**Defined in.** {', '.join(f'<{source}>' for source in cause.vendor_sources)}", ""]
         lines.append("Seen as:")
         lines.append("")

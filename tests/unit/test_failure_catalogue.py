@@ -168,3 +168,26 @@ def test_doctor_prints_each_explanations_layer_in_brackets() -> None:
     host = HostFacts(kernel="6.1", nvidia=None, amd=None, docker=None)
     print_doctor(Console(file=buffer, width=400), Diagnosis(host=host, explanations=found))
     assert "command nvidia-smi: [host or image] torch was built for a newer CUDA" in buffer.getvalue()
+
+
+def test_broad_wordings_are_read_only_when_no_narrower_entry_matches() -> None:
+    """A broad pattern explains a cause in words nobody has collected, but never adds a vaguer second cause to a
+    wording a narrower entry knows."""
+    insufficient = next(cause for cause in catalogue() if cause.id == "cuda-insufficient-driver")
+    known = "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 11040)."
+    assert any(pattern.search(known) for pattern in insufficient.broad_patterns)
+    assert [found.cause.id for found in explain(known)] == ["torch-driver-too-old"]
+    unseen = "fatal: the installed GPU driver is outdated for this build of the renderer"
+    assert not any(pattern.search(unseen) for cause in catalogue() for pattern in cause.patterns)
+    assert [found.cause.id for found in explain(unseen)] == ["cuda-insufficient-driver"]
+    assert explain("fatal: the renderer could not open its output file") == []
+
+
+def test_every_broad_pattern_reads_a_real_example_of_its_own_cause() -> None:
+    """A broad pattern is the idea of real messages, not a guess: each one reads at least one of its cause's cited
+    examples (whitespace collapsed, as the matcher also tries)."""
+    broad = [(cause, pattern) for cause in catalogue() for pattern in cause.broad_patterns]
+    assert len(broad) >= 10
+    for cause, pattern in broad:
+        examples = [" ".join(example.message.split()) for example in cause.examples]
+        assert any(pattern.search(message) for message in examples), (cause.id, pattern.pattern)
