@@ -5,9 +5,11 @@ runtime, torch and HIP/ROCm — arrives as text, in whatever words the tool that
 is keyed on what identifies its cause across those wordings: the vendor's error codes (a `cudaError_t` or
 `hipError_t` name, its number printed next to the vendor's word, its error string; NVML return codes; the toolkit's,
 CDI's and the daemon's start-error strings), with further wordings as regular expressions only where a tool words
-the cause its own way. The same matcher reads a container's start error, a probe's stderr and exception, and a
-captured command's output. A failure no entry explains is still named by the layer where it was seen, with its raw
-text and the next diagnostic step, never with a guessed cause. Pure: the matcher reads text, never the machine.
+the cause its own way. Some entries also carry broad patterns, the cause's idea in broad words ("cuDNN … version …
+but"), read only when nothing narrower matched, so a wording nobody collected yet still finds its cause. The same
+matcher reads a container's start error, a probe's stderr and exception, and a captured command's output. A
+failure no entry explains is still named by the layer where it was seen, with its raw text and the next diagnostic
+step, never with a guessed cause. Pure: the matcher reads text, never the machine.
 """
 
 from __future__ import annotations
