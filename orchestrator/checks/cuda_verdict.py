@@ -68,6 +68,9 @@ class NvidiaHost:
     #: Jetson's L4T release ("R35.3.1") from /etc/nv_tegra_release; None on a discrete-GPU host.
     l4t_release: str | None = None
     datacenter_gpu: bool = False
+    #: A Jetson's integrated GPU as nvidia-smi names it ("Orin (nvgpu)") when no L4T release was read: the host is
+    #: a Jetson all the same, and its driver version (540.4.0) must not be read against the desktop table.
+    tegra_gpu: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,8 @@ def nvidia_verdict(
     if image_env is not None:
         require_cuda = require_cuda or image_env.get("NVIDIA_REQUIRE_CUDA")
         disable_require = disable_require or image_env.get("NVIDIA_DISABLE_REQUIRE")
-    if host.l4t_release is not None:
-        return _jetson(host.l4t_release, image_cuda)
+    if host.l4t_release is not None or host.tegra_gpu is not None:
+        return _jetson(host.l4t_release, image_cuda, host.tegra_gpu)
     driver = parse_version(host.driver_version)
     need = needed_cuda(image_cuda, require_cuda)
     if host.driver_version is None and host.driver_source is None:
@@ -292,15 +295,26 @@ def _minor(version: Version) -> Version:
     return Version(f"{version.major}.{version.minor}")
 
 
-def _jetson(l4t: str, image_cuda: str | None) -> ToolkitVerdict:
+def _jetson(l4t: str | None, image_cuda: str | None, tegra_gpu: str | None = None) -> ToolkitVerdict:
     wanted = f"The image needs CUDA {image_cuda}; " if image_cuda else ""
+    which = f"L4T {l4t}" if l4t is not None else f"nvidia-smi names its GPU {tegra_gpu!r}; L4T release not captured"
     return ToolkitVerdict(
         "jetson",
-        f"{wanted}this host is an NVIDIA Jetson (L4T {l4t}). Its GPU driver is part of L4T (its version, e.g. 35.3.1, "
+        f"{wanted}this host is an NVIDIA Jetson ({which}). Its GPU driver is part of L4T (its version, e.g. 35.3.1, "
         "is an L4T release, not a desktop/data-centre driver), so NVIDIA's CUDA ↔ driver table does not apply: use an "
         "image built for this L4T/JetPack release (l4t-* base images, aarch64) and let the device probe confirm CUDA.",
         basis="l4t",
     )
+
+
+# Jetsons before Thor run the Tegra GPU driver (nvgpu), and JetPack 6's nvidia-smi names the GPU after it:
+# "Orin (nvgpu)". Its driver version (540.4.0) is an L4T driver's, not a desktop branch.
+_TEGRA_GPU_NAME = re.compile(r"\(nvgpu\)\s*$")
+
+
+def is_tegra_gpu_name(name: str) -> bool:
+    """Whether an NVIDIA GPU name is a Jetson's integrated GPU as nvidia-smi names it on JetPack 6 ("Orin (nvgpu)")."""
+    return bool(_TEGRA_GPU_NAME.search(name))
 
 
 def gpu_datacenter(name: str) -> bool:
@@ -345,4 +359,5 @@ def nvidia_host(facts: HostFacts, l4t_release: str | None = None) -> NvidiaHost:
         devices=devices,
         l4t_release=l4t_release,
         datacenter_gpu=bool(names) and all(gpu_datacenter(name) for name in names),
+        tegra_gpu=next((name for name in names if is_tegra_gpu_name(name)), None),
     )

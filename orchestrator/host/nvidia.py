@@ -45,6 +45,14 @@ _TEGRA_RELEASE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*(\d+(?:\.\
 TEGRA_RELEASE_FILE = "etc/nv_tegra_release"
 # nvidia-smi's spellings of "no value": "[N/A]", "[Not Supported]", "N/A", and "[Unknown Error]" and kin.
 _NO_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)
+# A GPU's first row in plain `nvidia-smi`'s table, in every layout seen from R390 to R580 (narrow and wide tables,
+# WSL, a Jetson's "N/A" bus): "|   0  NVIDIA H100 80GB HBM3   On  |   00000000:18:00.0 Off |  0 |". The name is
+# as the table prints it, cut to its column ("NVIDIA GeForce GTX 1650 ..."); the mode is persistence (Linux) or
+# the driver model (WDDM/TCC on Windows). The processes and MIG tables never have a bus id in their second cell.
+_TABLE_GPU = re.compile(
+    r"^\|\s+(\d+)\s+(\S.*?)\s+(?:On|Off|N/A|WDDM|TCC|MCDM)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\w|N/A)\s"
+)
+_TABLE_MEMORY = re.compile(r"\b\d+MiB\s*/\s*(\d+)MiB\b")
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -52,7 +60,8 @@ _NO_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)
 
 def parse_proc_version(text: str) -> tuple[str | None, KernelModule | None]:
     """Driver version and module flavour from `/proc/driver/nvidia/version` (its `NVRM version:` line)."""
-    for line in text.splitlines():
+    # Stripped: a pasted or quoted copy of the file ("  NVRM version: …") reads the same as the file.
+    for line in (raw.strip() for raw in text.splitlines()):
         if not line.startswith("NVRM version:"):
             continue
         match = _PROC_VERSION.search(line)
@@ -93,7 +102,7 @@ def is_tegra_proc_version(text: str) -> bool:
     """Whether /proc/driver/nvidia/version is a Jetson's: its module is built "for aarch64" and reports an L4T
     release (35.3.1), a number below any driver branch; an Arm server's driver (aarch64, 550.54.15) is not."""
     for line in text.splitlines():
-        if line.startswith("NVRM version:"):
+        if line.strip().startswith("NVRM version:"):
             version, _ = parse_proc_version(line)
             major = int(version.split(".")[0]) if version else 0
             return "aarch64" in line and 0 < major < 100
@@ -125,6 +134,28 @@ def parse_nvidia_smi_csv(text: str, fields: Sequence[str] = FULL_QUERY_FIELDS) -
         )
         driver = driver or row.get("driver_version")
     return gpus, driver
+
+
+def parse_nvidia_smi_table(text: str) -> list[NvidiaGpu]:
+    """GPUs from plain `nvidia-smi`'s table (index, name as printed, bus id, total memory): the fallback when no
+    `--query-gpu` answer is there (a capture or log that holds only the table). Rows after "Processes:" are not
+    GPUs. Names may be cut by the table's column; the CSV query, when captured, gives them whole."""
+    gpus: list[NvidiaGpu] = []
+    lines = text.split("Processes:", 1)[0].splitlines()
+    for number, line in enumerate(lines):
+        match = _TABLE_GPU.match(line.strip())
+        if match is None:
+            continue
+        memory = _TABLE_MEMORY.search(lines[number + 1]) if number + 1 < len(lines) else None
+        gpus.append(
+            NvidiaGpu(
+                index=int(match.group(1)),
+                name=match.group(2),
+                pci_bus_id=_value(match.group(3)),
+                memory_total_mib=int(memory.group(1)) if memory else None,
+            )
+        )
+    return gpus
 
 
 def parse_nvidia_smi_compute_caps(text: str) -> dict[int, str]:
@@ -302,9 +333,14 @@ def _from_nvidia_smi_text(run: Runner, notes: list[str]) -> NvidiaDriverFacts | 
         text = run_tool(run, argv).stdout or ""
         driver = parse_nvidia_smi_banner_driver(text)
         if driver is not None:
-            notes.append(f"{' '.join(argv)}: driver and CUDA version read from its header; no per-GPU rows")
+            gpus = parse_nvidia_smi_table(text) if argv == ["nvidia-smi"] else []
+            rows = "GPUs read from its table (names as the table prints them)" if gpus else "no per-GPU rows"
+            notes.append(f"{' '.join(argv)}: driver and CUDA version read from its header; {rows}")
             return NvidiaDriverFacts(
-                source="nvidia-smi", driver_version=driver, cuda_driver_version=parse_nvidia_smi_banner_cuda(text)
+                source="nvidia-smi",
+                driver_version=driver,
+                cuda_driver_version=parse_nvidia_smi_banner_cuda(text),
+                gpus=gpus,
             )
     return None
 

@@ -95,6 +95,13 @@ def test_jetson_is_its_own_case() -> None:
     assert "L4T R35.3.1" in verdict.explanation
 
 
+def test_a_jetson_known_only_from_nvidia_smis_gpu_name_is_its_own_case() -> None:
+    # JetPack 6's nvidia-smi: "Driver Version: 540.4.0  CUDA Version: 12.6", GPU "Orin (nvgpu)", no L4T file.
+    verdict = nvidia_verdict(host("540.4.0", "12.6", tegra_gpu="Orin (nvgpu)"), "12.4.1")
+    assert verdict.status == "jetson"
+    assert "'Orin (nvgpu)'" in verdict.explanation and "L4T release not captured" in verdict.explanation
+
+
 def test_no_driver() -> None:
     assert nvidia_verdict(host(None), "12.4.1").status == "no-driver"
 
