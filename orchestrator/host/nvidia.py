@@ -53,6 +53,12 @@ _TABLE_GPU = re.compile(
     r"^\|\s+(\d+)\s+(\S.*?)\s+(?:On|Off|N/A|WDDM|TCC|MCDM)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\w|N/A)\s"
 )
 _TABLE_MEMORY = re.compile(r"\b\d+MiB\s*/\s*(\d+)MiB\b")
+# `nvidia-smi -q`: "Attached GPUs : 4", then one block per GPU opened by its bus id ("GPU 00000000:18:00.0") with
+# indented "Key : value" lines; "FB Memory Usage" is followed by its own indented "Total : 81920 MiB".
+_Q_ATTACHED = re.compile(r"^Attached GPUs\s*:\s*(\d+)\s*$", re.MULTILINE)
+_Q_BLOCK = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\w)\s*$", re.MULTILINE)
+_Q_FIELD = re.compile(r"^\s+(Product Name|GPU UUID)\s*:\s*(.+?)\s*$", re.MULTILINE)
+_Q_FB_TOTAL = re.compile(r"FB Memory Usage\s*\n\s+Total\s*:\s*(\d+)\s*MiB")
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -156,6 +162,29 @@ def parse_nvidia_smi_table(text: str) -> list[NvidiaGpu]:
             )
         )
     return gpus
+
+
+def parse_nvidia_smi_q(text: str) -> tuple[list[NvidiaGpu], int | None]:
+    """GPUs from `nvidia-smi -q` (one block per GPU, in index order: name, UUID, bus id, total memory) and the
+    "Attached GPUs" count it states, which is larger than the blocks when the output was cut after the first GPU."""
+    attached = _Q_ATTACHED.search(text)
+    starts = list(_Q_BLOCK.finditer(text))
+    gpus: list[NvidiaGpu] = []
+    for index, start in enumerate(starts):
+        end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
+        block = text[start.end() : end]
+        fields = {key: _value(value) for key, value in _Q_FIELD.findall(block)}
+        memory = _Q_FB_TOTAL.search(block)
+        gpus.append(
+            NvidiaGpu(
+                index=index,
+                name=fields.get("Product Name") or f"GPU {index}",
+                uuid=fields.get("GPU UUID"),
+                pci_bus_id=start.group(1),
+                memory_total_mib=int(memory.group(1)) if memory else None,
+            )
+        )
+    return gpus, int(attached.group(1)) if attached else None
 
 
 def parse_nvidia_smi_compute_caps(text: str) -> dict[int, str]:
@@ -328,21 +357,34 @@ def _from_nvidia_smi(run: Runner, notes: list[str]) -> NvidiaDriverFacts | None:
 
 def _from_nvidia_smi_text(run: Runner, notes: list[str]) -> NvidiaDriverFacts | None:
     """The driver and its CUDA version from the banner (or `nvidia-smi -q`) when the CSV query gave nothing:
-    an nvidia-smi too old or too new for the query still prints its header (both header styles)."""
-    for argv in (["nvidia-smi"], ["nvidia-smi", "-q"]):
-        text = run_tool(run, argv).stdout or ""
-        driver = parse_nvidia_smi_banner_driver(text)
-        if driver is not None:
-            gpus = parse_nvidia_smi_table(text) if argv == ["nvidia-smi"] else []
-            rows = "GPUs read from its table (names as the table prints them)" if gpus else "no per-GPU rows"
-            notes.append(f"{' '.join(argv)}: driver and CUDA version read from its header; {rows}")
-            return NvidiaDriverFacts(
-                source="nvidia-smi",
-                driver_version=driver,
-                cuda_driver_version=parse_nvidia_smi_banner_cuda(text),
-                gpus=gpus,
-            )
-    return None
+    an nvidia-smi too old or too new for the query still prints its header (both header styles). The GPUs come
+    from the banner's table, else from `-q`'s blocks (a capture or log that holds only one of them)."""
+    banner = run_tool(run, ["nvidia-smi"]).stdout or ""
+    driver, text, gpus, read_from = parse_nvidia_smi_banner_driver(banner), banner, parse_nvidia_smi_table(banner), ""
+    if gpus:
+        read_from = "GPUs read from its table (names as the table prints them)"
+    if driver is None or not gpus:
+        full = run_tool(run, ["nvidia-smi", "-q"]).stdout or ""
+        q_gpus = _gpus_of_q(full, notes)
+        if driver is None:
+            driver, text = parse_nvidia_smi_banner_driver(full), full
+        if q_gpus:
+            gpus, read_from = q_gpus, "GPUs read from `nvidia-smi -q`"
+    if driver is None:
+        return None
+    notes.append(f"nvidia-smi: driver and CUDA version read from its header; {read_from or 'no per-GPU rows'}")
+    return NvidiaDriverFacts(
+        source="nvidia-smi", driver_version=driver, cuda_driver_version=parse_nvidia_smi_banner_cuda(text), gpus=gpus
+    )
+
+
+def _gpus_of_q(text: str, notes: list[str]) -> list[NvidiaGpu]:
+    gpus, attached = parse_nvidia_smi_q(text)
+    if attached is not None and attached > len(gpus):
+        # The output was cut after the first GPUs (a pasted log): the count it states is still the host's.
+        notes.append(f"nvidia-smi -q: Attached GPUs says {attached}, its output describes {len(gpus)}")
+        gpus += [NvidiaGpu(index=index, name=f"GPU {index}") for index in range(len(gpus), attached)]
+    return gpus
 
 
 def _nvidia_smi_compute_caps(run: Runner, notes: list[str]) -> dict[int, str]:

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.checks.cuda_verdict import nvidia_host, nvidia_verdict
 from orchestrator.checks.failures import explain
-from orchestrator.host.amd import parse_amd_smi_version, parse_rocminfo_agents, rocminfo_gpus
+from orchestrator.host.amd import parse_amd_smi_version, parse_rocm_smi_driver, parse_rocminfo_agents, rocminfo_gpus
 from orchestrator.host.capture import Capture, facts_from_capture, read_capture
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -86,6 +86,8 @@ def _parsed(capture: Capture, parser: str) -> Any:
     if parser == "amd_smi_version":
         version = parse_amd_smi_version(capture.command_output("amd-smi", "version") or "")
         return {"tool": version.tool, "library": version.library, "rocm": version.rocm, "amdgpu": version.amdgpu}
+    if parser == "rocm_smi_driver":
+        return parse_rocm_smi_driver(capture.command_output("rocm-smi", "--showdriverversion") or "")
     gpus = rocminfo_gpus(parse_rocminfo_agents(capture.command_output("rocminfo") or ""))
     if parser == "rocminfo_gpus":
         return len(gpus)

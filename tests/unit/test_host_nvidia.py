@@ -15,6 +15,7 @@ from orchestrator.host.nvidia import (
     parse_nvidia_smi_banner_cuda,
     parse_nvidia_smi_compute_caps,
     parse_nvidia_smi_csv,
+    parse_nvidia_smi_q,
     parse_nvidia_smi_table,
     parse_proc_version,
     parse_sys_module_version,
@@ -148,6 +149,47 @@ def test_table_gpus_of_the_wide_layout_with_cut_names_a_jetson_and_a_windows_dri
         (2, "Orin (nvgpu)", None, None),
         (3, "NVIDIA RTX A4000", "00000000:01:00.0", 16376),
     ]
+
+
+# `nvidia-smi -q`, cut from real outputs in tests/corpus (smi-q-*): two GPU blocks, and a paste cut after the
+# first of four.
+Q_TWO = """\
+==============NVSMI LOG==============
+
+Driver Version                            : 470.57.02
+CUDA Version                              : 11.4
+
+Attached GPUs                             : 2
+GPU 00000000:07:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    GPU UUID                              : GPU-1c9a8b2e-0000-0000-0000-000000000000
+    FB Memory Usage
+        Total                             : 81251 MiB
+        Used                              : 0 MiB
+GPU 00000000:0F:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    GPU UUID                              : N/A
+"""
+
+
+def test_q_reads_each_gpu_block_in_index_order() -> None:
+    gpus, attached = parse_nvidia_smi_q(Q_TWO)
+    assert attached == 2
+    assert [(g.index, g.name, g.uuid, g.pci_bus_id, g.memory_total_mib) for g in gpus] == [
+        (0, "NVIDIA A100-SXM4-80GB", "GPU-1c9a8b2e-0000-0000-0000-000000000000", "00000000:07:00.0", 81251),
+        (1, "NVIDIA A100-SXM4-80GB", None, "00000000:0F:00.0", None),
+    ]
+
+
+def test_a_q_output_cut_after_its_first_gpu_keeps_the_count_it_states(tmp_path: Path) -> None:
+    cut = Q_TWO.replace(
+        "Attached GPUs                             : 2", "Attached GPUs                             : 4"
+    )
+    run = FakeRun({SMI_BASE: failed(1, stdout=""), SMI_BANNER: failed(1, stdout=""), ("nvidia-smi", "-q"): ok(cut)})
+    facts, notes = collect_nvidia(tmp_path, run)
+    assert facts is not None and (facts.driver_version, facts.cuda_driver_version) == ("470.57.02", "11.4")
+    assert [g.name for g in facts.gpus] == ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "GPU 2", "GPU 3"]
+    assert "nvidia-smi -q: Attached GPUs says 4, its output describes 2" in notes
 
 
 def test_a_table_without_gpu_rows_gives_none() -> None:
