@@ -154,9 +154,16 @@ def _agent(fields: dict[str, str]) -> RocminfoAgent:
     )
 
 
+#: rocminfo's device types of a GPU agent: "GPU", and "HCU" for Hygon's DCU accelerators (gfx9xx targets), whose
+#: ROCm-derived stack (DTK) prints its own word (a real capture: tests/corpus/rocminfo-rocfftdcutuning).
+GPU_DEVICE_TYPES: frozenset[str] = frozenset({"GPU", "HCU"})
+
+
 def rocminfo_gpus(agents: list[RocminfoAgent]) -> list[RocminfoAgent]:
-    """GPU agents: Device Type GPU, or (in copies that lost that line) a gfx ISA name."""
-    return [a for a in agents if a.device_type == "GPU" or (a.device_type is None and a.name.startswith("gfx"))]
+    """GPU agents: a GPU device type (GPU_DEVICE_TYPES), or (in copies that lost that line) a gfx ISA name."""
+    return [
+        a for a in agents if a.device_type in GPU_DEVICE_TYPES or (a.device_type is None and a.name.startswith("gfx"))
+    ]
 
 
 # -------------------------------------------------------------------------------------------- collector

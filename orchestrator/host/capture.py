@@ -32,15 +32,8 @@ from orchestrator.host.amd import AMDGPU_MODULE_VERSION, KERNEL_RELEASE, KFD_NOD
 from orchestrator.host.capture_intake import FORMAT, confined_spec_dir, take_in
 from orchestrator.host.collect import DaemonGpuSettings, RawHost, host_facts, render_nodes
 from orchestrator.host.docker_gpu import DEFAULT_CDI_SPEC_DIRS
-from orchestrator.host.nvidia import (
-    FULL_QUERY_FIELDS,
-    PROC_DRIVER_VERSION,
-    QUERY_FIELDS,
-    SYS_MODULE_VERSION,
-    TEGRA_RELEASE_FILE,
-    parse_nvidia_smi_csv,
-    read_l4t_release,
-)
+from orchestrator.host.nvidia import PROC_DRIVER_VERSION, SYS_MODULE_VERSION, TEGRA_RELEASE_FILE, read_l4t_release
+from orchestrator.host.nvidia_smi import FULL_QUERY_FIELDS, QUERY_FIELDS, parse_nvidia_smi_csv
 from orchestrator.host.tools import Runner, run_tool, subprocess_runner
 from orchestrator.model.host import HostFacts, NvidiaDriverFacts
 

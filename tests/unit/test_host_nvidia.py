@@ -8,17 +8,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.host.nvidia import (
+from orchestrator.host.nvidia import collect_nvidia, cuda_from_nvml_int, parse_proc_version, parse_sys_module_version
+from orchestrator.host.nvidia_smi import (
     QUERY_FIELDS,
-    collect_nvidia,
-    cuda_from_nvml_int,
     parse_nvidia_smi_banner_cuda,
     parse_nvidia_smi_compute_caps,
     parse_nvidia_smi_csv,
     parse_nvidia_smi_q,
     parse_nvidia_smi_table,
-    parse_proc_version,
-    parse_sys_module_version,
 )
 from tests.unit.host_fakes import FakeRun, failed, ok
 
