@@ -217,10 +217,10 @@ def _from_nvidia_smi_text(run: Runner, notes: list[str]) -> NvidiaDriverFacts | 
     """The driver and its CUDA version from the banner (or `nvidia-smi -q`) when the CSV query gave nothing:
     an nvidia-smi too old or too new for the query still prints its header (both header styles). The GPUs come
     from the banner's table, else from `-q`'s blocks (a capture or log that holds only one of them)."""
-    banner = run_tool(run, ["nvidia-smi"]).stdout or ""
-    driver, text, gpus, read_from = parse_nvidia_smi_banner_driver(banner), banner, parse_nvidia_smi_table(banner), ""
-    if gpus:
-        read_from = "GPUs read from its table (names as the table prints them)"
+    text = run_tool(run, ["nvidia-smi"]).stdout or ""
+    driver = parse_nvidia_smi_banner_driver(text)
+    gpus = parse_nvidia_smi_table(text)
+    read_from = "GPUs read from its table (names as the table prints them)" if gpus else ""
     if driver is None or not gpus:
         full = run_tool(run, ["nvidia-smi", "-q"]).stdout or ""
         q_gpus = _gpus_of_q(full, notes)
